@@ -1,0 +1,47 @@
+#pragma once
+// What this build was compiled for and what the machine has: the capability probe.
+#include <string>
+#include <vector>
+
+namespace mxmoe {
+
+struct GpuInfo {
+  int index = 0;
+  std::string name;
+  int cc_major = 0, cc_minor = 0;
+  int sm_count = 0;
+  size_t total_memory = 0;
+  size_t l2_bytes = 0;
+  size_t smem_per_block_optin = 0;
+  std::string best_target;                   // e.g. "sm_121a" for a GB10: the arch-specific target
+  bool has_native_kernels = false;           // a cubin of this build runs on it without JIT
+  std::vector<std::string> runnable_backends;
+};
+
+struct ProbeResult {
+  std::string version;
+  std::vector<std::string> compiled_archs;  // e.g. {"sm_90a", "sm_120a", "sm_121a"}
+  int driver_version = 0;                   // 0: no driver
+  int runtime_version = 0;
+  std::string no_gpu_reason;                // non-empty when no GPU can be used
+  std::vector<GpuInfo> gpus;
+  std::vector<std::string> cpu_backends;    // {"reference"}
+};
+
+ProbeResult probe();
+std::string probe_to_json(const ProbeResult& result);
+std::string probe_to_text(const ProbeResult& result);
+
+// "90a" / "sm_90a" / "120f" -> canonical "sm_90a". Throws on junk.
+std::string canonical_arch(const std::string& arch);
+// The architecture-specific target for a device: cc 12.1 -> "sm_121a", 9.0 -> "sm_90a", 8.6 -> "sm_86".
+std::string best_target_for(int cc_major, int cc_minor);
+// Whether SASS compiled for `arch` runs on a device of compute capability major.minor:
+// plain sm_XY runs on the same major with minor >= Y; sm_XYa only on exactly X.Y;
+// sm_XYf on the same family (same major, minor >= Y).
+bool cubin_runs_on(const std::string& arch, int cc_major, int cc_minor);
+
+// True when at least one usable CUDA device is present (cached).
+bool gpu_available();
+
+}  // namespace mxmoe

@@ -1,0 +1,74 @@
+#pragma once
+// MoeRunner: one MoE layer, ready to run. The backend (CPU reference, or a GPU kernel family) is
+// chosen by RunnerOptions or the MXMOE_BACKEND environment variable; the planner inside picks
+// tiles per call. GPU forwards are CUDA-graph safe: no allocation, no synchronisation, no host
+// read of device data.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mxmoe/config.hpp"
+#include "mxmoe/weights.hpp"
+
+struct CUstream_st;
+using cudaStream_t = CUstream_st*;
+
+namespace mxmoe {
+
+enum class Backend {
+  Auto,       // the best backend for the machine: GPU kernels when a GPU is present, else Reference
+  Reference,  // the CPU reference (host pointers)
+  Gemv,       // GPU: W4A16 grouped GEMV family (decode-sized batches; any batch works)
+};
+
+std::string to_string(Backend backend);
+// Case-insensitive ("auto", "reference", "gemv"); unknown names throw an Error listing valid ones.
+Backend parse_backend(std::string_view name);
+std::vector<std::string> backend_names();
+// Whether the backend runs on the GPU (its forward takes device pointers).
+bool backend_on_gpu(Backend backend);
+
+struct RunnerOptions {
+  Backend backend = Backend::Auto;
+  int64_t max_tokens = 4096;  // the workspace is sized for at most this many tokens per forward
+  bool use_env = true;        // let MXMOE_BACKEND override `backend`
+};
+
+class BackendImpl;
+
+class MoeRunner {
+ public:
+  // Validates config and weights; a GPU backend uploads (and may repack) the weights here.
+  MoeRunner(const MoeConfig& config, const MoeWeights& weights, const RunnerOptions& options = {});
+  ~MoeRunner();
+  MoeRunner(MoeRunner&&) noexcept;
+  MoeRunner& operator=(MoeRunner&&) noexcept;
+
+  const MoeConfig& config() const { return config_; }
+  Backend backend() const { return backend_; }
+  bool on_gpu() const { return backend_on_gpu(backend_); }
+  int64_t max_tokens() const { return max_tokens_; }
+  // Bytes of workspace forward() needs (device memory for GPU backends, 0 for Reference).
+  size_t workspace_bytes() const;
+  // hidden [T, H] bf16, router_logits [T, E] fp32, out [T, H] bf16: host pointers for Reference,
+  // device pointers otherwise. T may be 0. Throws on T > max_tokens(), null pointers, or a
+  // workspace smaller than workspace_bytes().
+  void forward(const uint16_t* hidden, const float* router_logits, int64_t tokens, uint16_t* out,
+               void* workspace, size_t workspace_size, cudaStream_t stream = nullptr) const;
+  // The plan forward() would use for T tokens (backend, kernels, tiles), for logs and `mxmoe bench`.
+  std::string describe_plan(int64_t tokens) const;
+
+ private:
+  MoeConfig config_;
+  Backend backend_;
+  int64_t max_tokens_;
+  std::unique_ptr<BackendImpl> impl_;
+};
+
+// Resolves Auto (and MXMOE_BACKEND when use_env) to a concrete backend for this machine.
+Backend resolve_backend(const RunnerOptions& options);
+
+}  // namespace mxmoe
