@@ -58,6 +58,11 @@ class MoeRunner {
   // workspace smaller than workspace_bytes().
   void forward(const uint16_t* hidden, const float* router_logits, int64_t tokens, uint16_t* out,
                void* workspace, size_t workspace_size, cudaStream_t stream = nullptr) const;
+  // Profiling: run only the first `stages` of route, gemm1, gemm2, combine (kAllStages = all; the
+  // output is complete only then). `mxmoe bench --stages` times the differences.
+  static constexpr int kAllStages = 4;
+  void forward_stages(const uint16_t* hidden, const float* router_logits, int64_t tokens, uint16_t* out,
+                      void* workspace, size_t workspace_size, cudaStream_t stream, int stages) const;
   // The plan forward() would use for T tokens (backend, kernels, tiles), for logs and `mxmoe bench`.
   std::string describe_plan(int64_t tokens) const;
 

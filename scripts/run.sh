@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The main job: set up, build, then check the MoE layer of gpt-oss-20b (random checkpoint-like
+# MXFP4 weights) on every backend this machine can run, against the fp64 CPU reference; then a
+# checkpoint round trip (write a gpt-oss-format checkpoint, run a layer from it).
+# Without a GPU only the CPU reference runs, and the output says so.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+scripts/build.sh default
+
+mxmoe=build/tools/mxmoe/mxmoe
+echo
+echo "== mxmoe probe"
+"$mxmoe" probe
+if "$mxmoe" probe --json | grep -q '"gpu_available": true'; then
+  echo "A GPU is usable: every backend below runs on it and is compared with the CPU reference."
+else
+  echo "No GPU is usable here: only the CPU paths run (the fp64 oracle and the 'reference' backend)."
+fi
+
+echo
+echo "== mxmoe check --preset gpt-oss-20b --tokens 16"
+"$mxmoe" check --preset gpt-oss-20b --tokens 16
+
+echo
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+echo "== mxmoe gen-checkpoint --preset tiny --layers 2, then mxmoe run --layer 1"
+"$mxmoe" gen-checkpoint --preset tiny --layers 2 --out "$work/ckpt" --seed 1
+"$mxmoe" run --checkpoint "$work/ckpt" --layer 1 --tokens 4 --seed 2 --output "$work/out.bin"
+echo
+echo "run: done"

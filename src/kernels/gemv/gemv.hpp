@@ -1,0 +1,49 @@
+#pragma once
+// The GEMV family: W4A16 grouped GEMV over the experts that received tokens. Weights stream once
+// per 8 rows of an expert (the MMA's N); activations are read straight from the token (GEMM1) or
+// the intermediate (GEMM2), never copied by an expand step.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mxmoe::gemv {
+
+struct GemvArgs {
+  const uint8_t* weights = nullptr;  // packed (gemv_layout.hpp), experts back to back
+  const uint8_t* scales = nullptr;
+  int64_t expert_weight_stride = 0;  // bytes
+  int64_t expert_scale_stride = 0;
+  const uint16_t* bias = nullptr;    // [E, N] bf16 in checkpoint row order, or null
+  int n = 0;                         // output rows per expert in the checkpoint (2I or H)
+  int k = 0;                         // K (H or I), multiple of 32
+  int kblocks = 0, chunks = 0, tiles = 0;
+  const uint16_t* act = nullptr;     // GEMM1: hidden [T, H]; GEMM2: intermediate [rows, I]
+  const int32_t* row_pair = nullptr;
+  int top_k = 1;
+  const int32_t* expert_offsets = nullptr;
+  const int32_t* active_experts = nullptr;
+  const int32_t* active_count = nullptr;
+  const float* pair_weights = nullptr;
+  void* out = nullptr;               // GEMM1: bf16 [rows, I]; GEMM2: fp32 [rows, H]
+  float alpha = 1.702f, limit = 7.0f;
+  int sm_count = 132;                // multiprocessors of the device (for the split-K choice)
+};
+
+// Dynamic shared memory one block needs for K (8 activation rows, permuted and padded).
+size_t smem_bytes(int k);
+// Largest K the family supports on this device (shared memory bound).
+int max_k(size_t smem_per_block_optin);
+// Must be called once per device before launches with smem_bytes(k) > 48 KiB.
+void configure(size_t max_dynamic_smem);
+
+// Launches use programmatic dependent launch: each kernel waits for its predecessor in-kernel, so
+// its launch overlaps the predecessor's tail.
+// GEMM1 + bias + clamped interleaved SwiGLU -> bf16 intermediate.
+void launch_gemm1(const GemvArgs& args, int64_t tokens, int max_active, cudaStream_t stream);
+// GEMM2 + bias, times the routing weight -> fp32 rows for the combine.
+void launch_gemm2(const GemvArgs& args, int64_t tokens, int max_active, cudaStream_t stream);
+// The K split the launch would use (for plan descriptions).
+int ksplit_for(const GemvArgs& args, int max_active);
+
+}  // namespace mxmoe::gemv

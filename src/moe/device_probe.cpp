@@ -1,0 +1,168 @@
+// The capability probe: what this build was compiled for, and what the machine's GPUs can run.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cctype>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+
+#include "mxmoe/device.hpp"
+#include "mxmoe/error.hpp"
+#include "mxmoe/runner.hpp"
+
+#ifndef MXMOE_CUDA_ARCHS
+#define MXMOE_CUDA_ARCHS ""
+#endif
+#ifndef MXMOE_VERSION
+#define MXMOE_VERSION "0"
+#endif
+
+namespace mxmoe {
+namespace {
+
+struct ParsedArch {
+  int major = 0, minor = 0;
+  char suffix = 0;  // 0, 'a' or 'f'
+};
+
+ParsedArch parse_arch(const std::string& arch) {
+  static const std::regex pattern(R"(^(?:sm_|compute_)?([1-9][0-9]?)([0-9])([af]?)(?:-real|-virtual)?$)");
+  std::smatch m;
+  MXMOE_REQUIRE(std::regex_match(arch, m, pattern), "arch: '", arch,
+                "' is not a CUDA architecture (expected e.g. 90a, sm_120a, 121f, 89)");
+  ParsedArch parsed;
+  parsed.major = std::stoi(m[1].str());
+  parsed.minor = std::stoi(m[2].str());
+  parsed.suffix = m[3].length() ? m[3].str()[0] : 0;
+  return parsed;
+}
+
+std::vector<std::string> compiled_archs() {
+  std::vector<std::string> out;
+  std::stringstream ss(MXMOE_CUDA_ARCHS);
+  for (std::string item; std::getline(ss, item, ',');)
+    if (!item.empty()) out.push_back(canonical_arch(item));
+  return out;
+}
+
+}  // namespace
+
+std::string canonical_arch(const std::string& arch) {
+  const ParsedArch p = parse_arch(arch);
+  std::string out = "sm_" + std::to_string(p.major) + std::to_string(p.minor);
+  if (p.suffix) out += p.suffix;
+  return out;
+}
+
+std::string best_target_for(int cc_major, int cc_minor) {
+  // Arch-specific features (wgmma, block-scaled mma.sync, the FP4 convert) exist from SM90 on and are
+  // reachable only through the `a` target of that exact chip: a GB10 (12.1) needs sm_121a, not sm_120a.
+  std::string out = "sm_" + std::to_string(cc_major) + std::to_string(cc_minor);
+  if (cc_major >= 9) out += 'a';
+  return out;
+}
+
+bool cubin_runs_on(const std::string& arch, int cc_major, int cc_minor) {
+  const ParsedArch p = parse_arch(arch);
+  if (p.suffix == 'a') return p.major == cc_major && p.minor == cc_minor;
+  return p.major == cc_major && cc_minor >= p.minor;  // plain and family targets
+}
+
+ProbeResult probe() {
+  ProbeResult result;
+  result.version = MXMOE_VERSION;
+  result.compiled_archs = compiled_archs();
+  result.cpu_backends = {"reference"};
+  cudaDriverGetVersion(&result.driver_version);
+  cudaRuntimeGetVersion(&result.runtime_version);
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0) {
+    result.no_gpu_reason = err != cudaSuccess ? std::string("no usable CUDA device: ") + cudaGetErrorString(err)
+                                              : std::string("no CUDA device found");
+    cudaGetLastError();  // clear the sticky-free error so later calls start clean
+    return result;
+  }
+  for (int i = 0; i < count; ++i) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) continue;
+    GpuInfo gpu;
+    gpu.index = i;
+    gpu.name = prop.name;
+    gpu.cc_major = prop.major;
+    gpu.cc_minor = prop.minor;
+    gpu.sm_count = prop.multiProcessorCount;
+    gpu.total_memory = prop.totalGlobalMem;
+    gpu.l2_bytes = static_cast<size_t>(prop.l2CacheSize);
+    gpu.smem_per_block_optin = prop.sharedMemPerBlockOptin;
+    gpu.best_target = best_target_for(prop.major, prop.minor);
+    for (const auto& arch : result.compiled_archs)
+      gpu.has_native_kernels = gpu.has_native_kernels || cubin_runs_on(arch, prop.major, prop.minor);
+    if (gpu.has_native_kernels) gpu.runnable_backends = {"gemv"};
+    result.gpus.push_back(std::move(gpu));
+  }
+  if (result.gpus.empty()) result.no_gpu_reason = "no CUDA device could be queried";
+  else if (std::none_of(result.gpus.begin(), result.gpus.end(), [](const GpuInfo& g) { return g.has_native_kernels; }))
+    result.no_gpu_reason = "this build has no kernels for the GPU present (build for its target, e.g. " +
+                           result.gpus[0].best_target + ")";
+  return result;
+}
+
+bool gpu_available() {
+  static const bool available = [] {
+    const ProbeResult r = probe();
+    return !r.gpus.empty() && r.gpus[0].has_native_kernels;
+  }();
+  return available;
+}
+
+std::string probe_to_json(const ProbeResult& r) {
+  nlohmann::ordered_json j;
+  j["version"] = r.version;
+  j["compiled_archs"] = r.compiled_archs;
+  j["cuda_driver_version"] = r.driver_version;
+  j["cuda_runtime_version"] = r.runtime_version;
+  j["gpu_available"] = r.no_gpu_reason.empty();
+  if (!r.no_gpu_reason.empty()) j["no_gpu_reason"] = r.no_gpu_reason;
+  j["cpu_backends"] = r.cpu_backends;
+  j["gpus"] = nlohmann::json::array();
+  for (const auto& g : r.gpus) {
+    nlohmann::ordered_json gj;
+    gj["index"] = g.index;
+    gj["name"] = g.name;
+    gj["compute_capability"] = std::to_string(g.cc_major) + "." + std::to_string(g.cc_minor);
+    gj["best_target"] = g.best_target;
+    gj["sm_count"] = g.sm_count;
+    gj["memory_bytes"] = g.total_memory;
+    gj["l2_bytes"] = g.l2_bytes;
+    gj["smem_per_block_optin"] = g.smem_per_block_optin;
+    gj["has_native_kernels"] = g.has_native_kernels;
+    gj["runnable_backends"] = g.runnable_backends;
+    j["gpus"].push_back(gj);
+  }
+  return j.dump(2);
+}
+
+std::string probe_to_text(const ProbeResult& r) {
+  std::ostringstream os;
+  auto version = [](int v) { return v ? std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10) : "none"; };
+  os << "mxmoe " << r.version << "\n";
+  os << "compiled archs: ";
+  for (size_t i = 0; i < r.compiled_archs.size(); ++i) os << (i ? ", " : "") << r.compiled_archs[i];
+  os << "\nCUDA driver: " << version(r.driver_version) << ", runtime: " << version(r.runtime_version) << "\n";
+  os << "CPU backends: reference\n";
+  if (!r.no_gpu_reason.empty()) os << "GPU: none usable (" << r.no_gpu_reason << ")\n";
+  for (const auto& g : r.gpus) {
+    os << "GPU " << g.index << ": " << g.name << ", compute capability " << g.cc_major << "." << g.cc_minor
+       << " (target " << g.best_target << "), " << g.sm_count << " SMs, " << (g.total_memory >> 20) << " MiB, L2 "
+       << (g.l2_bytes >> 20) << " MiB\n";
+    os << "  backends: ";
+    for (size_t i = 0; i < g.runnable_backends.size(); ++i) os << (i ? ", " : "") << g.runnable_backends[i];
+    os << (g.runnable_backends.empty() ? "none (no kernels of this build run here)" : "") << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace mxmoe

@@ -1,0 +1,46 @@
+// Backend::Reference: the CPU reference behind the runner interface (host pointers).
+#include <span>
+
+#include "moe/backend.hpp"
+#include "mxmoe/reference.hpp"
+
+namespace mxmoe {
+namespace {
+
+class ReferenceBackend final : public BackendImpl {
+ public:
+  ReferenceBackend(const MoeConfig& config, const MoeWeights& weights) : config_(config) {
+    // The runner must not depend on the caller keeping the weights alive.
+    data_.w1_blocks.assign(weights.w1_blocks.begin(), weights.w1_blocks.end());
+    data_.w1_scales.assign(weights.w1_scales.begin(), weights.w1_scales.end());
+    data_.w1_bias.assign(weights.w1_bias.begin(), weights.w1_bias.end());
+    data_.w2_blocks.assign(weights.w2_blocks.begin(), weights.w2_blocks.end());
+    data_.w2_scales.assign(weights.w2_scales.begin(), weights.w2_scales.end());
+    data_.w2_bias.assign(weights.w2_bias.begin(), weights.w2_bias.end());
+  }
+
+  size_t workspace_bytes(int64_t) const override { return 0; }
+
+  void forward(const uint16_t* hidden, const float* router_logits, int64_t tokens, uint16_t* out, void*,
+               cudaStream_t, int) const override {
+    const auto t = static_cast<size_t>(tokens);
+    const auto h = static_cast<size_t>(config_.hidden);
+    const auto e = static_cast<size_t>(config_.num_experts);
+    reference_moe(config_, data_.view(), std::span(hidden, t * h), std::span(router_logits, t * e), tokens,
+                  std::span(out, t * h));
+  }
+
+  std::string describe_plan(int64_t) const override { return "reference (CPU, fp64 accumulation)"; }
+
+ private:
+  MoeConfig config_;
+  MoeLayerData data_;
+};
+
+}  // namespace
+
+std::unique_ptr<BackendImpl> make_reference_backend(const MoeConfig& config, const MoeWeights& weights) {
+  return std::make_unique<ReferenceBackend>(config, weights);
+}
+
+}  // namespace mxmoe

@@ -1,0 +1,49 @@
+// MoeRunner: validation of every argument, then dispatch to the backend.
+#include "mxmoe/runner.hpp"
+
+#include "moe/backend.hpp"
+#include "mxmoe/error.hpp"
+
+namespace mxmoe {
+
+MoeRunner::MoeRunner(const MoeConfig& config, const MoeWeights& weights, const RunnerOptions& options)
+    : config_(config), backend_(Backend::Reference), max_tokens_(options.max_tokens) {
+  config_.validate();
+  weights.validate(config_);
+  MXMOE_REQUIRE(options.max_tokens >= 0 && options.max_tokens <= (int64_t{1} << 24),
+                "max_tokens: expected 0..16777216, got ", options.max_tokens);
+  backend_ = resolve_backend(options);
+  impl_ = backend_ == Backend::Reference ? make_reference_backend(config_, weights)
+                                         : make_gpu_backend(backend_, config_, weights, max_tokens_);
+}
+
+MoeRunner::~MoeRunner() = default;
+MoeRunner::MoeRunner(MoeRunner&&) noexcept = default;
+MoeRunner& MoeRunner::operator=(MoeRunner&&) noexcept = default;
+
+size_t MoeRunner::workspace_bytes() const { return impl_->workspace_bytes(max_tokens_); }
+
+void MoeRunner::forward(const uint16_t* hidden, const float* router_logits, int64_t tokens, uint16_t* out,
+                        void* workspace, size_t workspace_size, cudaStream_t stream) const {
+  forward_stages(hidden, router_logits, tokens, out, workspace, workspace_size, stream, kAllStages);
+}
+
+void MoeRunner::forward_stages(const uint16_t* hidden, const float* router_logits, int64_t tokens, uint16_t* out,
+                               void* workspace, size_t workspace_size, cudaStream_t stream, int stages) const {
+  MXMOE_REQUIRE(stages >= 1 && stages <= kAllStages, "stages: expected 1..", kAllStages, ", got ", stages);
+  MXMOE_REQUIRE(tokens >= 0, "tokens: expected >= 0, got ", tokens);
+  MXMOE_REQUIRE(tokens <= max_tokens_, "tokens: ", tokens, " is above the runner's max_tokens (", max_tokens_,
+                "); build the runner with a larger RunnerOptions::max_tokens");
+  const size_t need = workspace_bytes();
+  MXMOE_REQUIRE(workspace_size >= need, "workspace: ", workspace_size, " bytes given, ", need, " needed");
+  MXMOE_REQUIRE(need == 0 || workspace != nullptr, "workspace: null pointer");
+  if (tokens == 0) return;
+  MXMOE_REQUIRE(hidden != nullptr, "hidden: null pointer");
+  MXMOE_REQUIRE(router_logits != nullptr, "router_logits: null pointer");
+  MXMOE_REQUIRE(out != nullptr, "out: null pointer");
+  impl_->forward(hidden, router_logits, tokens, out, workspace, stream, stages);
+}
+
+std::string MoeRunner::describe_plan(int64_t tokens) const { return impl_->describe_plan(tokens); }
+
+}  // namespace mxmoe

@@ -1,0 +1,58 @@
+#pragma once
+// The GPU workspace: one caller-provided buffer carved into the routing arrays, the intermediate
+// activations and the per-row expert outputs. Sizes depend only on (config, tokens), so a buffer
+// sized for max_tokens serves every smaller forward.
+#include <cstddef>
+#include <cstdint>
+
+#include "mxmoe/config.hpp"
+#include "routing/routing.hpp"
+
+namespace mxmoe {
+
+struct BoundWorkspace {
+  routing::RoutingBuffers routing;
+  uint16_t* intermediate;  // [T*k, I] bf16
+  float* expert_rows;      // [T*k, H] fp32, already times the routing weight
+};
+
+struct WorkspaceLayout {
+  size_t expert_ids = 0, pair_weights = 0, expert_offsets = 0, active_experts = 0, active_count = 0, row_pair = 0,
+         pair_row = 0, intermediate = 0, expert_rows = 0, total = 0;
+
+  WorkspaceLayout(const MoeConfig& config, int64_t tokens) {
+    const auto pairs = static_cast<size_t>(tokens * config.top_k);
+    const auto experts = static_cast<size_t>(config.num_experts);
+    auto take = [this](size_t bytes) {
+      const size_t at = total;
+      total += (bytes + 255) / 256 * 256;
+      return at;
+    };
+    expert_ids = take(pairs * 4);
+    pair_weights = take(pairs * 4);
+    expert_offsets = take((experts + 1) * 4);
+    active_experts = take(experts * 4);
+    active_count = take(4);
+    row_pair = take(pairs * 4);
+    pair_row = take(pairs * 4);
+    intermediate = take(pairs * static_cast<size_t>(config.intermediate) * 2);
+    expert_rows = take(pairs * static_cast<size_t>(config.hidden) * 4);
+  }
+
+  BoundWorkspace bind(void* base) const {
+    auto* b = static_cast<uint8_t*>(base);
+    BoundWorkspace w{};
+    w.routing.expert_ids = reinterpret_cast<int32_t*>(b + expert_ids);
+    w.routing.pair_weights = reinterpret_cast<float*>(b + pair_weights);
+    w.routing.expert_offsets = reinterpret_cast<int32_t*>(b + expert_offsets);
+    w.routing.active_experts = reinterpret_cast<int32_t*>(b + active_experts);
+    w.routing.active_count = reinterpret_cast<int32_t*>(b + active_count);
+    w.routing.row_pair = reinterpret_cast<int32_t*>(b + row_pair);
+    w.routing.pair_row = reinterpret_cast<int32_t*>(b + pair_row);
+    w.intermediate = reinterpret_cast<uint16_t*>(b + intermediate);
+    w.expert_rows = reinterpret_cast<float*>(b + expert_rows);
+    return w;
+  }
+};
+
+}  // namespace mxmoe

@@ -1,0 +1,55 @@
+// combine: each token's k expert rows summed in slot order in fp32 (bitwise reproducible), bf16 out.
+#include <cuda_bf16.h>
+
+#include "moe/cuda_check.hpp"
+#include "routing/routing.hpp"
+
+namespace mxmoe::routing {
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void __launch_bounds__(kThreads) combine_kernel(const float* __restrict__ rows,
+                                                           const int32_t* __restrict__ pair_row, int top_k,
+                                                           int hidden, uint16_t* __restrict__ out) {
+  cudaGridDependencySynchronize();  // launched with programmatic dependent launch after GEMM2
+  const int64_t t = blockIdx.x;
+  const int n = (blockIdx.y * kThreads + threadIdx.x) * 4;
+  if (n >= hidden) return;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int s = 0; s < top_k; ++s) {
+    const int64_t row = pair_row[t * top_k + s];
+    const float4 v = *reinterpret_cast<const float4*>(rows + row * hidden + n);
+    acc.x += v.x;
+    acc.y += v.y;
+    acc.z += v.z;
+    acc.w += v.w;
+  }
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(acc.x, acc.y);
+  const __nv_bfloat162 hi = __floats2bfloat162_rn(acc.z, acc.w);
+  uint2 packed;
+  packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+  packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+  *reinterpret_cast<uint2*>(out + t * hidden + n) = packed;
+}
+
+}  // namespace
+
+void combine_rows(const float* rows, const int32_t* pair_row, int64_t tokens, int top_k, int hidden, uint16_t* out,
+                  cudaStream_t stream) {
+  if (tokens == 0) return;
+  MXMOE_REQUIRE(hidden % 4 == 0, "combine: hidden must be a multiple of 4, got ", hidden);
+  const dim3 grid(static_cast<unsigned>(tokens), (hidden / 4 + kThreads - 1) / kThreads);
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  MXMOE_CUDA_CHECK(cudaLaunchKernelEx(&config, combine_kernel, rows, pair_row, top_k, hidden, out));
+}
+
+}  // namespace mxmoe::routing

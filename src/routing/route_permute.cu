@@ -1,0 +1,218 @@
+// route + permute in one single-block launch: for decode sizes the whole step is a few microseconds,
+// and one block makes the stable order (expert, then token, then slot) deterministic without any
+// global atomics or host round trip.
+#include <cfloat>
+#include <climits>
+
+#include "moe/cuda_check.hpp"
+#include "routing/routing.hpp"
+
+namespace mxmoe::routing {
+namespace {
+
+constexpr int kThreads = 512;
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxExperts = 256;
+constexpr int kMaxPerLane = kMaxExperts / 32;
+constexpr int kMaxTopk = 8;
+
+struct RouteArgs {
+  const float* logits;
+  int tokens, experts, top_k;
+  bool softmax_first, renormalize;
+  RoutingBuffers out;
+};
+
+// a beats b: larger value, ties to the lower expert id.
+__device__ __forceinline__ bool beats(float av, int ai, float bv, int bi) {
+  return av > bv || (av == bv && ai < bi);
+}
+
+__device__ void route_token(const RouteArgs& a, int t, int lane, int* counts) {
+  float v[kMaxPerLane];
+  float raw[kMaxPerLane];
+  const float* row = a.logits + static_cast<int64_t>(t) * a.experts;
+#pragma unroll
+  for (int j = 0; j < kMaxPerLane; ++j) {
+    const int e = lane + 32 * j;
+    raw[j] = e < a.experts ? row[e] : -INFINITY;
+    // NaN never wins selection (it ranks below -inf); its weight below still turns NaN.
+    v[j] = e < a.experts ? (isnan(raw[j]) ? -INFINITY : raw[j]) : -INFINITY;
+  }
+  unsigned taken = 0;
+  float sel_val[kMaxTopk];
+  int sel_id[kMaxTopk];
+#pragma unroll
+  for (int s = 0; s < kMaxTopk; ++s) {
+    if (s >= a.top_k) break;
+    float best_v = -INFINITY;
+    int best_i = INT_MAX;
+#pragma unroll
+    for (int j = 0; j < kMaxPerLane; ++j) {
+      const int e = lane + 32 * j;
+      if (e < a.experts && !(taken >> j & 1u) && beats(v[j], e, best_v, best_i)) {
+        best_v = v[j];
+        best_i = e;
+      }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, best_v, off);
+      const int oi = __shfl_xor_sync(0xffffffffu, best_i, off);
+      if (beats(ov, oi, best_v, best_i)) {
+        best_v = ov;
+        best_i = oi;
+      }
+    }
+    if ((best_i & 31) == lane) taken |= 1u << (best_i / 32);
+    // Weight from the raw logit so a NaN input shows up as NaN weight, never as a silent number.
+    float raw_v = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kMaxPerLane; ++j)
+      if (lane + 32 * j == best_i) raw_v = raw[j];
+    sel_val[s] = __shfl_sync(0xffffffffu, raw_v, best_i & 31);
+    sel_id[s] = best_i;
+  }
+
+  const float top = sel_val[0];
+  float denom = 0.f;
+  if (a.softmax_first) {
+    float z = 0.f;
+#pragma unroll
+    for (int j = 0; j < kMaxPerLane; ++j)
+      if (lane + 32 * j < a.experts) z += __expf(raw[j] - top);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) z += __shfl_xor_sync(0xffffffffu, z, off);
+    denom = z;
+    if (a.renormalize) {
+      denom = 0.f;
+#pragma unroll
+      for (int s = 0; s < kMaxTopk; ++s)
+        if (s < a.top_k) denom += __expf(sel_val[s] - top);
+    }
+  } else {
+#pragma unroll
+    for (int s = 0; s < kMaxTopk; ++s)
+      if (s < a.top_k) denom += __expf(sel_val[s] - top);
+  }
+  if (lane < a.top_k) {
+    float my_val = sel_val[0];
+    int my_id = sel_id[0];
+#pragma unroll
+    for (int s = 1; s < kMaxTopk; ++s)
+      if (s == lane) {
+        my_val = sel_val[s];
+        my_id = sel_id[s];
+      }
+    const int p = t * a.top_k + lane;
+    a.out.expert_ids[p] = my_id;
+    a.out.pair_weights[p] = __expf(my_val - top) / denom;
+    atomicAdd(&counts[my_id], 1);
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) route_permute_kernel(RouteArgs a) {
+  __shared__ int counts[kMaxExperts];
+  __shared__ int offsets[kMaxExperts + 1];
+  __shared__ int running[kMaxExperts];
+  __shared__ int warp_counts[kWarps][kMaxExperts];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+
+  for (int e = tid; e < kMaxExperts; e += kThreads) {
+    counts[e] = 0;
+    running[e] = 0;
+  }
+  __syncthreads();
+
+  // 1. route: one warp per token.
+  for (int t = warp; t < a.tokens; t += kWarps) route_token(a, t, lane, counts);
+  __syncthreads();
+
+  // 2. scan of the histogram and the list of active experts (warp 0; 8 experts per lane).
+  if (warp == 0) {
+    int local[kMaxPerLane];
+    int sum = 0, active = 0;
+#pragma unroll
+    for (int j = 0; j < kMaxPerLane; ++j) {
+      const int e = lane * kMaxPerLane + j;
+      local[j] = e < a.experts ? counts[e] : 0;
+      sum += local[j];
+      active += local[j] > 0;
+    }
+    int incl = sum, incl_active = active;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const int s = __shfl_up_sync(0xffffffffu, incl, off);
+      const int sa = __shfl_up_sync(0xffffffffu, incl_active, off);
+      if (lane >= off) {
+        incl += s;
+        incl_active += sa;
+      }
+    }
+    int run = incl - sum, run_active = incl_active - active;
+#pragma unroll
+    for (int j = 0; j < kMaxPerLane; ++j) {
+      const int e = lane * kMaxPerLane + j;
+      if (e < a.experts) {
+        offsets[e] = run;
+        a.out.expert_offsets[e] = run;
+        if (local[j] > 0) a.out.active_experts[run_active++] = e;
+      }
+      run += local[j];
+    }
+    if (lane == 31) {
+      offsets[a.experts] = incl;
+      a.out.expert_offsets[a.experts] = incl;
+      *a.out.active_count = incl_active;
+    }
+  }
+  __syncthreads();
+
+  // 3. stable ranks: pairs in order p = t*k + s, a chunk of kThreads pairs at a time.
+  const int pairs = a.tokens * a.top_k;
+  const unsigned lanes_below = (1u << lane) - 1u;
+  for (int base = 0; base < pairs; base += kThreads) {
+    for (int i = tid; i < kWarps * kMaxExperts; i += kThreads) (&warp_counts[0][0])[i] = 0;
+    __syncthreads();
+    const int p = base + tid;
+    const bool valid = p < pairs;
+    const int e = valid ? a.out.expert_ids[p] : -1 - lane;  // invalid lanes match nobody
+    const unsigned same = __match_any_sync(0xffffffffu, e);
+    const int rank_in_warp = __popc(same & lanes_below);
+    if (valid && rank_in_warp == 0) warp_counts[warp][e] = __popc(same);
+    __syncthreads();
+    if (valid) {
+      int before = running[e];
+      for (int w = 0; w < warp; ++w) before += warp_counts[w][e];
+      const int row = offsets[e] + before + rank_in_warp;
+      a.out.row_pair[row] = p;
+      a.out.pair_row[p] = row;
+    }
+    __syncthreads();
+    for (int x = tid; x < a.experts; x += kThreads) {
+      int add = 0;
+      for (int w = 0; w < kWarps; ++w) add += warp_counts[w][x];
+      running[x] += add;
+    }
+    __syncthreads();
+  }
+}
+
+}  // namespace
+
+void route_and_permute(const MoeConfig& config, const float* logits, int64_t tokens, const RoutingBuffers& buffers,
+                       cudaStream_t stream) {
+  MXMOE_REQUIRE(config.num_experts <= kMaxExperts && config.top_k <= kMaxTopk,
+                "route: E <= 256 and k <= 8 supported, got E=", config.num_experts, " k=", config.top_k);
+  RouteArgs a{logits,
+              static_cast<int>(tokens),
+              config.num_experts,
+              config.top_k,
+              config.routing == RoutingOrder::SoftmaxThenTopk,
+              config.renormalize,
+              buffers};
+  route_permute_kernel<<<1, kThreads, 0, stream>>>(a);
+  MXMOE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace mxmoe::routing

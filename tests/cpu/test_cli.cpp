@@ -1,0 +1,354 @@
+// The `mxmoe` command, run as a separate process: exit codes, output, and bad input handled as an
+// error (never a crash). The sanitizer build runs these too, so the CLI's error paths run under
+// ASan/UBSan.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "mxmoe/checkpoint.hpp"
+#include "mxmoe/device.hpp"
+#include "mxmoe/formats.hpp"
+#include "mxmoe/reference.hpp"
+#include "mxmoe/runner.hpp"
+
+#ifndef MXMOE_CLI_PATH
+#error "MXMOE_CLI_PATH (the built mxmoe binary) must be defined by the build"
+#endif
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct CliResult {
+  int exit_code = -1;  // 128 + signal when killed by a signal
+  std::string out, err;
+};
+
+std::string quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::vector<uint16_t> read_bf16(const fs::path& path) {
+  const std::string bytes = read_text(path);
+  std::vector<uint16_t> values(bytes.size() / 2);
+  std::memcpy(values.data(), bytes.data(), values.size() * 2);
+  return values;
+}
+
+void write_bf16(const fs::path& path, const std::vector<uint16_t>& values) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * 2));
+}
+
+bool sanitizer_report(const std::string& text) {
+  return text.find("Sanitizer") != std::string::npos || text.find("runtime error:") != std::string::npos;
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (fs::temp_directory_path() / "mxmoe_cli_XXXXXX").string();
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  // Runs `env_prefix mxmoe args`; stdout through the pipe, stderr through a file.
+  CliResult run(const std::string& args, const std::string& env_prefix = "") {
+    const fs::path err_file = dir_ / "stderr.txt";
+    // MXMOE_BACKEND from the caller's environment must not change what these tests see.
+    const std::string command = "env -u MXMOE_BACKEND " + env_prefix + " " + quote(MXMOE_CLI_PATH) + " " + args +
+                                " 2>" + quote(err_file.string());
+    CliResult result;
+    FILE* pipe = popen(command.c_str(), "r");
+    if (pipe == nullptr) return result;
+    char buffer[4096];
+    for (size_t n; (n = fread(buffer, 1, sizeof buffer, pipe)) > 0;) result.out.append(buffer, n);
+    const int status = pclose(pipe);
+    if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+    else if (WIFSIGNALED(status)) result.exit_code = 128 + WTERMSIG(status);
+    result.err = read_text(err_file);
+    return result;
+  }
+
+  // A tiny checkpoint of `layers` layers in dir_/name.
+  fs::path make_checkpoint(const std::string& name, int layers = 2, const std::string& naming = "hf") {
+    const fs::path path = dir_ / name;
+    const CliResult r = run("gen-checkpoint --preset tiny --layers " + std::to_string(layers) + " --out " +
+                            quote(path.string()) + " --naming " + naming + " --seed 7");
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    return path;
+  }
+
+  fs::path dir_;
+};
+
+#define EXPECT_CLEAN_ERROR(result, code)                                                         \
+  do {                                                                                           \
+    EXPECT_EQ((result).exit_code, code) << (result).out << (result).err;                         \
+    EXPECT_FALSE(sanitizer_report((result).err)) << (result).err;                                \
+  } while (0)
+
+TEST_F(CliTest, HelpExitsZeroAndListsCommands) {
+  const CliResult r = run("--help");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  for (const char* command : {"check", "probe", "gen-checkpoint", "run", "bench"})
+    EXPECT_NE(r.out.find(command), std::string::npos) << command << " missing from:\n" << r.out;
+}
+
+TEST_F(CliTest, EverySubcommandHasHelp) {
+  for (const std::string command : {"check", "probe", "gen-checkpoint", "run", "bench"}) {
+    const CliResult r = run(command + " --help");
+    EXPECT_EQ(r.exit_code, 0) << command << ": " << r.err;
+    EXPECT_NE(r.out.find("Usage: mxmoe " + command), std::string::npos) << r.out;
+  }
+}
+
+TEST_F(CliTest, NoSubcommandIsAUsageError) {
+  const CliResult r = run("");
+  EXPECT_CLEAN_ERROR(r, 2);
+}
+
+TEST_F(CliTest, UnknownSubcommandIsAUsageErrorNamingTheValidOnes) {
+  const CliResult r = run("nope");
+  EXPECT_CLEAN_ERROR(r, 2);
+  EXPECT_NE(r.err.find("'nope'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("gen-checkpoint"), std::string::npos) << r.err;
+}
+
+TEST_F(CliTest, UnknownOptionIsAUsageError) {
+  const CliResult r = run("check --no-such-option");
+  EXPECT_CLEAN_ERROR(r, 2);
+  EXPECT_NE(r.err.find("--no-such-option"), std::string::npos) << r.err;
+}
+
+TEST_F(CliTest, CheckTinyPasses) {
+  const CliResult r = run("check --preset tiny --seed 1");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\nreference +\S+ +\S+ +\S+ +\S+ ms +PASS\n)"))) << r.out;
+  EXPECT_EQ(r.out.find("FAIL"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("8 tokens, seed 1\n"), std::string::npos) << r.out;
+  const bool says_cpu_only = r.out.find("no GPU: ran the CPU reference only (") != std::string::npos;
+  EXPECT_EQ(says_cpu_only, !mxmoe::gpu_available()) << r.out;
+  // With a GPU, every backend the probe calls runnable is checked too.
+  if (mxmoe::gpu_available())
+    for (const std::string& backend : mxmoe::probe().gpus.at(0).runnable_backends)
+      EXPECT_TRUE(std::regex_search(r.out, std::regex("\n" + backend + R"( +\S+ +\S+ +\S+ +\S+ ms +PASS\n)"))) << r.out;
+}
+
+TEST_F(CliTest, CheckPrintsTheRandomSeedItChose) {
+  const CliResult r = run("check --tokens 2");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(2 tokens, seed [0-9]+\n)"))) << r.out;
+}
+
+TEST_F(CliTest, CheckExplicitShape) {
+  const CliResult r = run("check --experts 4 --top-k 3 --hidden 32 --intermediate 96 --tokens 5 --seed 2");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("experts 4, top-k 3, hidden 32, intermediate 96"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("PASS"), std::string::npos) << r.out;
+}
+
+TEST_F(CliTest, CheckPartialOrConflictingShapeIsAUsageError) {
+  EXPECT_CLEAN_ERROR(run("check --experts 4"), 2);
+  EXPECT_CLEAN_ERROR(run("check --preset tiny --experts 4 --top-k 2 --hidden 32 --intermediate 32"), 2);
+  EXPECT_CLEAN_ERROR(run("check --preset gpt-oss-7b"), 2);
+  EXPECT_CLEAN_ERROR(run("check --tokens 0"), 2);
+}
+
+TEST_F(CliTest, CheckInvalidShapeIsAnErrorNamingTheField) {
+  const CliResult r = run("check --experts 4 --top-k 9 --hidden 32 --intermediate 32");
+  EXPECT_CLEAN_ERROR(r, 1);
+  EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find("top_k"), std::string::npos) << r.err;
+}
+
+TEST_F(CliTest, BadBackendListsTheValidNames) {
+  for (const std::string command : {"check --backend nope", "run --checkpoint x --layer 0 --backend nope"}) {
+    const CliResult r = run(command);
+    EXPECT_TRUE(r.exit_code == 1 || r.exit_code == 2) << command << ": exit " << r.exit_code;
+    EXPECT_FALSE(sanitizer_report(r.err)) << r.err;
+    for (const std::string& name : mxmoe::backend_names())
+      EXPECT_NE(r.err.find(name), std::string::npos) << command << ": '" << name << "' missing from: " << r.err;
+  }
+}
+
+TEST_F(CliTest, BadBackendEnvironmentIsAnErrorNamingTheVariable) {
+  const fs::path ckpt = make_checkpoint("env");
+  for (const std::string& command : std::vector<std::string>{"check", "run --layer 0 --checkpoint " + quote(ckpt.string())}) {
+    const CliResult r = run(command, "MXMOE_BACKEND=nope");
+    EXPECT_CLEAN_ERROR(r, 1);
+    EXPECT_EQ(r.err.rfind("error: MXMOE_BACKEND", 0), 0u) << command << ": " << r.err;
+    EXPECT_NE(r.err.find("nope"), std::string::npos) << r.err;
+  }
+  const CliResult ok = run("check --seed 3", "MXMOE_BACKEND=reference");
+  EXPECT_EQ(ok.exit_code, 0) << ok.out << ok.err;
+}
+
+TEST_F(CliTest, GpuBackendWithoutGpuIsAnError) {
+  if (mxmoe::gpu_available()) GTEST_SKIP() << "a GPU is present";
+  const CliResult r = run("check --backend gemv");
+  EXPECT_CLEAN_ERROR(r, 1);
+  EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find("gemv"), std::string::npos) << r.err;
+}
+
+TEST_F(CliTest, ProbeText) {
+  const CliResult r = run("probe");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("compiled archs: "), std::string::npos) << r.out;
+}
+
+TEST_F(CliTest, ProbeJsonMatchesTheLibrary) {
+  const CliResult r = run("probe --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j;
+  ASSERT_NO_THROW(j = nlohmann::json::parse(r.out)) << r.out;
+  EXPECT_EQ(j.at("gpu_available").get<bool>(), mxmoe::gpu_available());
+  if (!mxmoe::gpu_available()) EXPECT_FALSE(j.at("no_gpu_reason").get<std::string>().empty());
+
+  const auto archs = j.at("compiled_archs").get<std::vector<std::string>>();
+  ASSERT_FALSE(archs.empty());
+  for (const auto& arch : archs) EXPECT_TRUE(std::regex_match(arch, std::regex("sm_[0-9]{2,3}[af]?"))) << arch;
+  // The same build: the CLI reports what the library was compiled for.
+  EXPECT_EQ(archs, mxmoe::probe().compiled_archs);
+  // The default build carries the SM120/SM121 native targets next to Hopper's.
+  if (archs.size() == 3) {
+    EXPECT_EQ(archs, (std::vector<std::string>{"sm_90a", "sm_120a", "sm_121a"}));
+  }
+}
+
+TEST_F(CliTest, GenCheckpointThenRunMatchesTheLibraryReference) {
+  for (const std::string naming : {"hf", "original"}) {
+    const fs::path ckpt = make_checkpoint("ckpt_" + naming, 2, naming);
+    ASSERT_TRUE(fs::exists(ckpt / "config.json"));
+    ASSERT_TRUE(fs::exists(ckpt / "model.safetensors"));
+
+    // Hidden states from this test, so the output can be recomputed here.
+    constexpr int64_t kTokens = 5;
+    const mxmoe::MoeConfig tiny = mxmoe::MoeConfig::tiny();
+    std::mt19937_64 rng(11);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<uint16_t> hidden(static_cast<size_t>(kTokens * tiny.hidden));
+    for (auto& v : hidden) v = mxmoe::float_to_bf16(dist(rng));
+    write_bf16(dir_ / "in.bin", hidden);
+
+    const fs::path out_file = dir_ / ("out_" + naming + ".bin");
+    const CliResult r = run("run --checkpoint " + quote(ckpt.string()) + " --layer 1 --backend reference --input " +
+                            quote((dir_ / "in.bin").string()) + " --output " + quote(out_file.string()));
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find("backend: reference"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("plan: "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("shape: 5 tokens"), std::string::npos) << r.out;
+
+    const mxmoe::Checkpoint checkpoint(ckpt);
+    EXPECT_EQ(checkpoint.naming(), naming == "hf" ? mxmoe::TensorNaming::HuggingFace : mxmoe::TensorNaming::Original);
+    const mxmoe::MoeLayerData layer = checkpoint.load_layer(1);
+    const mxmoe::MoeConfig& config = checkpoint.config().moe;
+    std::vector<float> logits(static_cast<size_t>(kTokens * config.num_experts));
+    mxmoe::reference_router_logits(config, hidden, kTokens, layer.router_weight, layer.router_bias, logits);
+    std::vector<uint16_t> expected(hidden.size());
+    mxmoe::reference_moe(config, layer.view(), hidden, logits, kTokens, expected);
+    EXPECT_EQ(read_bf16(out_file), expected) << "the CLI's output differs from the library reference";
+  }
+}
+
+TEST_F(CliTest, RunWithTheSameSeedIsReproducible) {
+  const fs::path ckpt = make_checkpoint("seeded");
+  const std::string args = "run --checkpoint " + quote(ckpt.string()) + " --layer 0 --tokens 3 --seed 9";
+  const CliResult a = run(args);
+  const CliResult b = run(args);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  std::smatch ma, mb;
+  ASSERT_TRUE(std::regex_search(a.out, ma, std::regex("fnv1a [0-9a-f]{16}"))) << a.out;
+  ASSERT_TRUE(std::regex_search(b.out, mb, std::regex("fnv1a [0-9a-f]{16}"))) << b.out;
+  EXPECT_EQ(ma.str(), mb.str());
+}
+
+TEST_F(CliTest, RunRejectsBadArguments) {
+  const fs::path ckpt = make_checkpoint("bad_args");
+  const std::string base = "run --checkpoint " + quote(ckpt.string());
+
+  CliResult r = run(base + " --layer 2");
+  EXPECT_CLEAN_ERROR(r, 1);
+  EXPECT_NE(r.err.find("--layer"), std::string::npos) << r.err;
+
+  write_bf16(dir_ / "odd.bin", std::vector<uint16_t>(100, 0x3f80));  // 100 values: not a multiple of hidden 64
+  r = run(base + " --layer 0 --input " + quote((dir_ / "odd.bin").string()));
+  EXPECT_CLEAN_ERROR(r, 1);
+  EXPECT_NE(r.err.find("--input"), std::string::npos) << r.err;
+  r = run(base + " --layer 0 --tokens 2 --input " + quote((dir_ / "odd.bin").string()));
+  EXPECT_CLEAN_ERROR(r, 1);
+  EXPECT_NE(r.err.find("--input"), std::string::npos) << r.err;
+
+  EXPECT_CLEAN_ERROR(run(base), 2);  // --layer is required
+  r = run("run --layer 0 --checkpoint " + quote((dir_ / "missing").string()));
+  EXPECT_CLEAN_ERROR(r, 1);
+  EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << r.err;
+}
+
+TEST_F(CliTest, CorruptedCheckpointIsAnErrorNeverACrash) {
+  const fs::path good = make_checkpoint("good", 1);
+  const auto full_size = static_cast<int64_t>(fs::file_size(good / "model.safetensors"));
+  ASSERT_GT(full_size, 1000);
+  // Truncations: empty, inside the length prefix, inside the JSON header, inside the data, one byte short.
+  for (const int64_t size : {int64_t{0}, int64_t{4}, int64_t{100}, full_size / 2, full_size - 1}) {
+    const fs::path bad = dir_ / ("truncated_" + std::to_string(size));
+    fs::copy(good, bad);
+    fs::resize_file(bad / "model.safetensors", static_cast<uintmax_t>(size));
+    const CliResult r = run("run --checkpoint " + quote(bad.string()) + " --layer 0");
+    EXPECT_CLEAN_ERROR(r, 1);
+    EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << "size " << size << ": " << r.err;
+    EXPECT_NE(r.err.find("model.safetensors"), std::string::npos) << "size " << size << ": " << r.err;
+  }
+
+  // A header length far past the end of the file.
+  const fs::path huge = dir_ / "huge_header";
+  fs::copy(good, huge);
+  {
+    std::fstream f(huge / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    const char length[8] = {0, 0, 0, 0, 0, 0, 0, 0x40};
+    f.write(length, 8);
+  }
+  CliResult r = run("run --checkpoint " + quote(huge.string()) + " --layer 0");
+  EXPECT_CLEAN_ERROR(r, 1);
+  EXPECT_NE(r.err.find("model.safetensors"), std::string::npos) << r.err;
+
+  // No config.json.
+  const fs::path no_config = dir_ / "no_config";
+  fs::copy(good, no_config);
+  fs::remove(no_config / "config.json");
+  r = run("run --checkpoint " + quote(no_config.string()) + " --layer 0");
+  EXPECT_CLEAN_ERROR(r, 1);
+  EXPECT_NE(r.err.find("config.json"), std::string::npos) << r.err;
+}
+
+TEST_F(CliTest, GenCheckpointNeedsItsArguments) {
+  EXPECT_CLEAN_ERROR(run("gen-checkpoint --preset tiny --layers 1"), 2);
+  EXPECT_CLEAN_ERROR(run("gen-checkpoint --preset tiny --layers 0 --out " + quote((dir_ / "x").string())), 2);
+  EXPECT_CLEAN_ERROR(run("gen-checkpoint --preset tiny --layers 1 --naming gguf --out " + quote((dir_ / "x").string())), 2);
+}
+
+}  // namespace

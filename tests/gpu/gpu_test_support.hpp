@@ -1,0 +1,93 @@
+#pragma once
+// Shared helpers of the GPU tests: skipping without a GPU, random inputs, device round trips and
+// error measurement against the fp64 CPU reference.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "moe/device_buffer.hpp"
+#include "mxmoe/mxmoe.hpp"
+
+namespace mxmoe::test {
+
+#define MXMOE_SKIP_WITHOUT_GPU()                                                     \
+  do {                                                                               \
+    if (!::mxmoe::gpu_available())                                                   \
+      GTEST_SKIP() << "no usable GPU: " << ::mxmoe::probe().no_gpu_reason;           \
+  } while (0)
+
+inline uint64_t fresh_seed() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) | rd();
+}
+
+inline std::vector<uint16_t> random_hidden(int64_t tokens, int hidden, std::mt19937_64& rng) {
+  std::normal_distribution<float> dist(0.f, 1.f);
+  std::vector<uint16_t> h(static_cast<size_t>(tokens * hidden));
+  for (auto& x : h) x = float_to_bf16(dist(rng));
+  return h;
+}
+
+inline std::vector<float> random_logits(int64_t tokens, int experts, std::mt19937_64& rng) {
+  std::normal_distribution<float> dist(0.f, 2.f);
+  std::vector<float> l(static_cast<size_t>(tokens * experts));
+  for (auto& x : l) x = dist(rng);
+  return l;
+}
+
+template <class T>
+DeviceBuffer to_device(const std::vector<T>& v) {
+  return DeviceBuffer(v.data(), v.size() * sizeof(T));
+}
+
+template <class T>
+std::vector<T> to_host(const DeviceBuffer& b, size_t count) {
+  std::vector<T> v(count);
+  if (count) MXMOE_CUDA_CHECK(cudaMemcpy(v.data(), b.get(), count * sizeof(T), cudaMemcpyDeviceToHost));
+  return v;
+}
+
+struct ErrorStats {
+  double rel = 0, max_abs = 0;
+  int64_t nan_count = 0, worst = -1;
+};
+
+inline ErrorStats compare(const std::vector<uint16_t>& out, const std::vector<double>& ref) {
+  ErrorStats s;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double o = bf16_to_float(out[i]);
+    if (!std::isfinite(o)) {
+      ++s.nan_count;
+      continue;
+    }
+    const double d = std::abs(o - ref[i]);
+    num += d * d;
+    den += ref[i] * ref[i];
+    if (d > s.max_abs) {
+      s.max_abs = d;
+      s.worst = static_cast<int64_t>(i);
+    }
+  }
+  s.rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  return s;
+}
+
+// Runs a GPU runner on host inputs; the output is poisoned (bf16 NaN) before the launch.
+inline std::vector<uint16_t> run_on_gpu(const MoeRunner& runner, const std::vector<uint16_t>& hidden,
+                                        const std::vector<float>& logits, int64_t tokens) {
+  const int h = runner.config().hidden;
+  const DeviceBuffer d_hidden = to_device(hidden);
+  const DeviceBuffer d_logits = to_device(logits);
+  DeviceBuffer d_out(static_cast<size_t>(tokens * h) * 2);
+  if (d_out.bytes()) MXMOE_CUDA_CHECK(cudaMemset(d_out.get(), 0xFF, d_out.bytes()));
+  DeviceBuffer ws(std::max<size_t>(runner.workspace_bytes(), 1));
+  runner.forward(d_hidden.get<uint16_t>(), d_logits.get<float>(), tokens, d_out.get<uint16_t>(), ws.get(), ws.bytes());
+  MXMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  return to_host<uint16_t>(d_out, static_cast<size_t>(tokens * h));
+}
+
+}  // namespace mxmoe::test

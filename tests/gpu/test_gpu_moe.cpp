@@ -1,0 +1,140 @@
+// The whole MoE layer on the GPU against the fp64 CPU reference (ARCHITECTURE.md numerics), plus
+// determinism and CUDA-graph replay. Skips itself without a GPU.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "gpu/gpu_test_support.hpp"
+
+namespace mxmoe::test {
+namespace {
+
+struct LayerCase {
+  const char* name;
+  int experts, top_k, hidden, intermediate;
+  int64_t tokens;
+  bool one_expert;  // route every token to the same expert
+  bool with_bias;
+};
+
+MoeConfig make_config(const LayerCase& c) {
+  MoeConfig cfg;
+  cfg.name = c.name;
+  cfg.num_experts = c.experts;
+  cfg.top_k = c.top_k;
+  cfg.hidden = c.hidden;
+  cfg.intermediate = c.intermediate;
+  return cfg;
+}
+
+class GpuLayer : public ::testing::TestWithParam<LayerCase> {};
+
+TEST_P(GpuLayer, MatchesReference) {
+  MXMOE_SKIP_WITHOUT_GPU();
+  const LayerCase c = GetParam();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const MoeConfig cfg = make_config(c);
+  const MoeLayerData layer = MoeLayerData::random(cfg, seed, c.with_bias);
+  const auto hidden = random_hidden(c.tokens, cfg.hidden, rng);
+  auto logits = random_logits(c.tokens, cfg.num_experts, rng);
+  if (c.one_expert)
+    for (int64_t t = 0; t < c.tokens; ++t) logits[static_cast<size_t>(t * cfg.num_experts + 3 % cfg.num_experts)] += 100.f;
+
+  RunnerOptions options;
+  options.backend = Backend::Gemv;
+  options.max_tokens = std::max<int64_t>(c.tokens, 1);
+  options.use_env = false;
+  const MoeRunner runner(cfg, layer.view(), options);
+  const auto out = run_on_gpu(runner, hidden, logits, c.tokens);
+
+  std::vector<double> ref(static_cast<size_t>(c.tokens * cfg.hidden));
+  reference_moe_f64(cfg, layer.view(), hidden, logits, c.tokens, ref);
+  const ErrorStats s = compare(out, ref);
+  EXPECT_EQ(s.nan_count, 0) << "unwritten or non-finite outputs";
+  EXPECT_LE(s.rel, 1e-2) << "relative error; worst element " << s.worst << " abs error " << s.max_abs;
+  if (c.tokens > 0) EXPECT_GT(std::abs(bf16_to_float(out[0])) + std::abs(bf16_to_float(out.back())), 0.f);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, GpuLayer,
+    ::testing::Values(LayerCase{"t0", 32, 4, 2880, 2880, 0, false, true},
+                      LayerCase{"t1_e32_2880", 32, 4, 2880, 2880, 1, false, true},
+                      LayerCase{"t3_e128_2880", 128, 4, 2880, 2880, 3, false, true},
+                      LayerCase{"t1_e128_2880", 128, 4, 2880, 2880, 1, false, true},
+                      LayerCase{"t16_e32_2880_nobias", 32, 4, 2880, 2880, 16, false, false},
+                      LayerCase{"t3_small", 8, 2, 64, 64, 3, false, true},
+                      LayerCase{"t1000_small", 32, 4, 256, 192, 1000, false, true},
+                      LayerCase{"t1000_one_expert", 32, 4, 256, 192, 1000, true, true},
+                      LayerCase{"t37_odd_k", 5, 3, 96, 160, 37, false, true},
+                      LayerCase{"t64_e128_k8", 128, 8, 512, 288, 64, false, true}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// Two eager runs and a graph replay give the same bits.
+TEST(GpuLayerDeterminism, EagerTwiceAndGraphReplayAgree) {
+  MXMOE_SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  MoeConfig cfg = MoeConfig::gpt_oss_20b();
+  const MoeLayerData layer = MoeLayerData::random(cfg, seed);
+  const int64_t tokens = 67;
+  const auto hidden = random_hidden(tokens, cfg.hidden, rng);
+  const auto logits = random_logits(tokens, cfg.num_experts, rng);
+  RunnerOptions options;
+  options.backend = Backend::Gemv;
+  options.max_tokens = 128;
+  options.use_env = false;
+  const MoeRunner runner(cfg, layer.view(), options);
+
+  const auto first = run_on_gpu(runner, hidden, logits, tokens);
+  const auto second = run_on_gpu(runner, hidden, logits, tokens);
+  ASSERT_EQ(first, second) << "two eager runs differ";
+
+  const DeviceBuffer d_hidden = to_device(hidden), d_logits = to_device(logits);
+  DeviceBuffer d_out(first.size() * 2), ws(runner.workspace_bytes());
+  MXMOE_CUDA_CHECK(cudaMemset(d_out.get(), 0xFF, d_out.bytes()));
+  cudaStream_t stream;
+  MXMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  MXMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  runner.forward(d_hidden.get<uint16_t>(), d_logits.get<float>(), tokens, d_out.get<uint16_t>(), ws.get(), ws.bytes(),
+                 stream);
+  MXMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  MXMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < 3; ++i) MXMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  MXMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const auto replayed = to_host<uint16_t>(d_out, first.size());
+  EXPECT_EQ(first, replayed) << "graph replay differs from eager";
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+TEST(GpuLayerErrors, RejectsHostPointersAndSmallWorkspace) {
+  MXMOE_SKIP_WITHOUT_GPU();
+  const MoeConfig cfg = MoeConfig::tiny();
+  const MoeLayerData layer = MoeLayerData::random(cfg, fresh_seed());
+  RunnerOptions options;
+  options.backend = Backend::Gemv;
+  options.max_tokens = 4;
+  options.use_env = false;
+  const MoeRunner runner(cfg, layer.view(), options);
+  std::vector<uint16_t> hidden(4 * 64, 0x3F80), out(4 * 64);
+  std::vector<float> logits(4 * 8, 1.f);
+  DeviceBuffer ws(runner.workspace_bytes());
+  try {
+    runner.forward(hidden.data(), logits.data(), 4, out.data(), ws.get(), ws.bytes());
+    FAIL() << "host pointers were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("hidden"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(runner.forward(hidden.data(), logits.data(), 4, out.data(), ws.get(), ws.bytes() - 1), Error);
+  EXPECT_THROW(runner.forward(hidden.data(), logits.data(), 5, out.data(), ws.get(), ws.bytes()), Error);
+}
+
+}  // namespace
+}  // namespace mxmoe::test

@@ -1,0 +1,323 @@
+// `mxmoe bench`: time one MoE layer per batch size with CUDA events around graph replays, weights
+// rotated across enough layers that the L2 cache cannot flatter the figure, against ceilings
+// (copy bandwidth, cuBLAS bf16 GEMM rate) measured on the same device at start.
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "cli_common.hpp"
+#include "moe/cuda_check.hpp"
+#include "moe/device_buffer.hpp"
+#include "mxmoe/mxmoe.hpp"
+
+#ifndef MXMOE_GIT_COMMIT
+#define MXMOE_GIT_COMMIT "unknown"
+#endif
+
+namespace mxmoe::cli {
+namespace {
+
+using DevBuf = ::mxmoe::DeviceBuffer;
+
+struct BenchOptions {
+  std::string preset = "gpt-oss-120b";
+  int experts = 0, top_k = 0, hidden = 0, intermediate = 0;
+  std::vector<int64_t> tokens = {1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096};
+  std::string backend = "auto";
+  int iterations = 60, warmup = 10;
+  int layers = 0;  // 0: enough to exceed 4x the L2 cache with the experts one batch touches
+  std::string json_path;
+  uint64_t seed = 1234;
+  bool stages = false;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// Times `body` (enqueued on `stream`) captured in a graph: median over `iterations` replays, ms.
+template <class Body>
+double time_graph(cudaStream_t stream, int warmup, int iterations, Body&& body) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  MXMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  body();
+  MXMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  MXMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t start, stop;
+  MXMOE_CUDA_CHECK(cudaEventCreate(&start));
+  MXMOE_CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < warmup; ++i) MXMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  std::vector<double> times;
+  for (int i = 0; i < iterations; ++i) {
+    MXMOE_CUDA_CHECK(cudaEventRecord(start, stream));
+    MXMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    MXMOE_CUDA_CHECK(cudaEventRecord(stop, stream));
+    MXMOE_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    MXMOE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    times.push_back(ms);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return median(times);
+}
+
+__global__ void copy_kernel(const uint4* __restrict__ src, uint4* __restrict__ dst, size_t n) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x)
+    dst[i] = src[i];
+}
+
+// Device-to-device copy of 1 GiB by a kernel (a graph memcpy node may go to the slower copy
+// engine); bytes read plus bytes written per second, GB/s.
+double measure_copy_gbps(cudaStream_t stream, int sm_count) {
+  const size_t bytes = size_t{1} << 30;
+  DevBuf a(bytes), b(bytes);
+  MXMOE_CUDA_CHECK(cudaMemset(a.get(), 1, bytes));
+  const double ms = time_graph(stream, 3, 20, [&] {
+    copy_kernel<<<sm_count * 8, 512, 0, stream>>>(a.get<uint4>(), b.get<uint4>(), bytes / 16);
+    MXMOE_CUDA_CHECK_LAUNCH();
+  });
+  return 2.0 * bytes / (ms * 1e-3) / 1e9;
+}
+
+__global__ void fill_random_bf16(__nv_bfloat16* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x) {
+    uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    x ^= x >> 13;
+    x *= 0x5bd1e995u;
+    x ^= x >> 15;
+    p[i] = __float2bfloat16((x & 0xFFFF) / 65536.f - 0.5f);
+  }
+}
+
+// cuBLAS bf16 GEMM (fp32 accumulate), 8192^3, random data: TFLOP/s.
+double measure_bf16_tflops(cudaStream_t stream) {
+  const int n = 8192;
+  const size_t count = size_t{n} * n;
+  DevBuf a(count * 2), b(count * 2), c(count * 2);
+  fill_random_bf16<<<1024, 256, 0, stream>>>(a.get<__nv_bfloat16>(), count, 1);
+  fill_random_bf16<<<1024, 256, 0, stream>>>(b.get<__nv_bfloat16>(), count, 2);
+  MXMOE_CUDA_CHECK_LAUNCH();
+  cublasHandle_t handle;
+  MXMOE_REQUIRE(cublasCreate(&handle) == CUBLAS_STATUS_SUCCESS, "cublasCreate failed");
+  cublasSetStream(handle, stream);
+  const float alpha = 1.f, beta = 0.f;
+  auto gemm = [&] {
+    const cublasStatus_t st = cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.get(), CUDA_R_16BF, n,
+                                           b.get(), CUDA_R_16BF, n, &beta, c.get(), CUDA_R_16BF, n,
+                                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    MXMOE_REQUIRE(st == CUBLAS_STATUS_SUCCESS, "cublasGemmEx failed: ", static_cast<int>(st));
+  };
+  gemm();  // cuBLAS picks and loads its kernel outside the capture
+  MXMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const double ms = time_graph(stream, 3, 20, gemm);
+  cublasDestroy(handle);
+  return 2.0 * n * n * double(n) / (ms * 1e-3) / 1e12;
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+void progress(size_t done, size_t total, const std::string& what) {
+  const int width = 30;
+  const int filled = static_cast<int>(width * done / std::max<size_t>(total, 1));
+  std::cerr << "\r[" << std::string(filled, '#') << std::string(width - filled, '.') << "] " << done << "/" << total
+            << " " << what << "        " << std::flush;
+  if (done == total) std::cerr << "\n";
+}
+
+int run_bench(const BenchOptions& o) {
+  const ProbeResult pr = probe();
+  MXMOE_REQUIRE(pr.no_gpu_reason.empty(), "bench: needs a CUDA GPU (", pr.no_gpu_reason, ")");
+  const GpuInfo& gpu = pr.gpus[0];
+  MoeConfig cfg = o.experts ? MoeConfig{} : MoeConfig::preset(o.preset);
+  if (o.experts) {
+    cfg.name = "custom";
+    cfg.num_experts = o.experts;
+    cfg.top_k = o.top_k;
+    cfg.hidden = o.hidden;
+    cfg.intermediate = o.intermediate;
+  }
+  cfg.validate();
+  RunnerOptions ropt;
+  ropt.backend = parse_backend(o.backend);
+  ropt.max_tokens = *std::max_element(o.tokens.begin(), o.tokens.end());
+
+  cudaStream_t stream;
+  MXMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  std::cerr << "measuring ceilings (copy bandwidth, cuBLAS bf16 GEMM)...\n";
+  const double copy_gbps = measure_copy_gbps(stream, gpu.sm_count);
+  const double bf16_tflops = measure_bf16_tflops(stream);
+
+  // Bytes one expert streams: MXFP4 blocks + e8m0 scales of both GEMMs (biases are noise).
+  const double h = cfg.hidden, i = cfg.intermediate;
+  const double expert_bytes = (2 * i * h / 2 + 2 * i * h / 32) + (h * i / 2 + h * i / 32);
+  int layers = o.layers;
+  if (layers <= 0) {
+    const double touched_min = expert_bytes * std::min(cfg.top_k, cfg.num_experts);
+    layers = static_cast<int>(std::ceil(4.0 * gpu.l2_bytes / touched_min));
+    layers = std::clamp(layers, 2, 64);
+    const double layer_bytes = expert_bytes * cfg.num_experts;
+    const int fit = static_cast<int>(0.6 * gpu.total_memory / layer_bytes);
+    layers = std::max(1, std::min(layers, fit));
+  }
+  std::cerr << "model " << cfg.name << ": " << layers << " layers rotated; uploading weights...\n";
+  const MoeLayerData host = MoeLayerData::random(cfg, o.seed);
+  std::vector<MoeRunner> runners;
+  for (int l = 0; l < layers; ++l) {
+    runners.emplace_back(cfg, host.view(), ropt);
+    progress(l + 1, layers, "layers uploaded");
+  }
+  MXMOE_REQUIRE(runners[0].on_gpu(), "bench: backend '", to_string(runners[0].backend()), "' does not run on the GPU");
+
+  const int64_t t_max = ropt.max_tokens;
+  DevBuf d_hidden(static_cast<size_t>(t_max * cfg.hidden) * 2), d_out(static_cast<size_t>(t_max * cfg.hidden) * 2);
+  DevBuf d_ws(runners[0].workspace_bytes());
+  const auto hidden = random_bf16(static_cast<size_t>(t_max * cfg.hidden), o.seed + 1);
+  MXMOE_CUDA_CHECK(cudaMemcpy(d_hidden.get(), hidden.data(), hidden.size() * 2, cudaMemcpyHostToDevice));
+  std::vector<std::vector<float>> logits(layers);
+  std::vector<DevBuf> d_logits;
+  for (int l = 0; l < layers; ++l) {
+    logits[l] = random_f32(static_cast<size_t>(t_max * cfg.num_experts), o.seed + 100 + l, 2.0);
+    d_logits.emplace_back(logits[l].data(), logits[l].size() * 4);
+  }
+
+  nlohmann::ordered_json record;
+  record["device"] = gpu.name;
+  record["compute_capability"] = std::to_string(gpu.cc_major) + "." + std::to_string(gpu.cc_minor);
+  record["driver"] = pr.driver_version;
+  record["runtime"] = pr.runtime_version;
+  record["commit"] = MXMOE_GIT_COMMIT;
+  record["date"] = utc_now();
+  record["model"] = cfg.name;
+  record["shape"] = {{"experts", cfg.num_experts}, {"top_k", cfg.top_k}, {"hidden", cfg.hidden},
+                     {"intermediate", cfg.intermediate}};
+  record["backend"] = to_string(runners[0].backend());
+  record["layers_rotated"] = layers;
+  record["l2_bytes"] = gpu.l2_bytes;
+  record["iterations"] = o.iterations;
+  record["copy_gbps"] = copy_gbps;
+  record["bf16_tflops"] = bf16_tflops;
+  record["rows"] = nlohmann::json::array();
+
+  std::ostringstream table;
+  table << "device " << gpu.name << " | copy " << std::fixed << std::setprecision(0) << copy_gbps << " GB/s | bf16 "
+        << bf16_tflops << " TFLOP/s | " << cfg.name << " | " << layers << " layers rotated\n";
+  table << std::setw(6) << "T" << std::setw(11) << "us/layer" << std::setw(9) << "experts" << std::setw(10) << "GB/s"
+        << std::setw(8) << "%copy" << std::setw(9) << "TFLOP/s" << std::setw(8) << "%bf16" << "  backend / plan\n";
+  size_t done = 0;
+  for (const int64_t t : o.tokens) {
+    const double ms = time_graph(stream, o.warmup, o.iterations, [&] {
+      for (int l = 0; l < layers; ++l)
+        runners[l].forward(d_hidden.get<uint16_t>(), d_logits[l].get<float>(), t, d_out.get<uint16_t>(), d_ws.get(),
+                           d_ws.bytes(), stream);
+    });
+    const double us = ms * 1e3 / layers;
+    // Per-stage times: graphs of the first n stages, differences of their medians.
+    std::vector<double> stage_us;
+    if (o.stages) {
+      double before = 0;
+      for (int n = 1; n <= MoeRunner::kAllStages; ++n) {
+        const double stage_ms = n == MoeRunner::kAllStages ? ms : time_graph(stream, o.warmup, o.iterations, [&] {
+          for (int l = 0; l < layers; ++l)
+            runners[l].forward_stages(d_hidden.get<uint16_t>(), d_logits[l].get<float>(), t, d_out.get<uint16_t>(),
+                                      d_ws.get(), d_ws.bytes(), stream, n);
+        });
+        const double cumulative = stage_ms * 1e3 / layers;
+        stage_us.push_back(cumulative - before);
+        before = cumulative;
+      }
+    }
+    // Experts touched, averaged over the rotated layers (routing computed on the host, same logits).
+    double touched = 0;
+    std::vector<int32_t> ids(static_cast<size_t>(t * cfg.top_k));
+    std::vector<float> w(ids.size());
+    for (int l = 0; l < layers; ++l) {
+      reference_route(cfg, std::span(logits[l]).first(static_cast<size_t>(t * cfg.num_experts)), t, ids, w);
+      touched += static_cast<double>(std::set<int32_t>(ids.begin(), ids.end()).size());
+    }
+    touched /= layers;
+    const double gbps = touched * expert_bytes / (us * 1e-6) / 1e9;
+    const double flops = 2.0 * t * cfg.top_k * (h * 2 * i + i * h);
+    const double tflops = flops / (us * 1e-6) / 1e12;
+    const std::string plan = runners[0].describe_plan(t);
+    nlohmann::ordered_json row;
+    row["tokens"] = t;
+    row["us"] = us;
+    row["experts_touched"] = touched;
+    row["weight_gbps"] = gbps;
+    row["pct_copy_bw"] = 100.0 * gbps / copy_gbps;
+    row["tflops"] = tflops;
+    row["pct_bf16_peak"] = 100.0 * tflops / bf16_tflops;
+    row["memory_floor_us"] = touched * expert_bytes / (copy_gbps * 1e9) * 1e6;
+    row["backend"] = to_string(runners[0].backend());
+    row["tile"] = plan;
+    if (o.stages)
+      row["stages_us"] = {{"route", stage_us[0]}, {"gemm1", stage_us[1]}, {"gemm2", stage_us[2]}, {"combine", stage_us[3]}};
+    record["rows"].push_back(row);
+    table << std::setw(6) << t << std::setw(11) << std::setprecision(1) << us << std::setw(9) << touched
+          << std::setw(10) << std::setprecision(0) << gbps << std::setw(7) << std::setprecision(1)
+          << 100.0 * gbps / copy_gbps << "%" << std::setw(9) << std::setprecision(1) << tflops << std::setw(7)
+          << 100.0 * tflops / bf16_tflops << "%  " << plan << "\n";
+    if (o.stages)
+      table << "        stages us: route " << std::setprecision(1) << stage_us[0] << ", gemm1 " << stage_us[1]
+            << ", gemm2 " << stage_us[2] << ", combine " << stage_us[3] << "\n";
+    progress(++done, o.tokens.size(), "batch sizes");
+  }
+  std::cout << table.str();
+  if (!o.json_path.empty()) {
+    std::ofstream f(o.json_path);
+    MXMOE_REQUIRE(f.good(), "--json: cannot write '", o.json_path, "'");
+    f << record.dump(2) << "\n";
+    std::cout << "wrote " << o.json_path << "\n";
+  }
+  cudaStreamDestroy(stream);
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand("bench", "Time the MoE layer on the GPU per batch size (graph replay, L2 rotated)");
+  cmd->add_option("--preset", o->preset, "Model preset: tiny, gpt-oss-20b, gpt-oss-120b")->capture_default_str();
+  cmd->add_option("--experts", o->experts, "Explicit shape: experts E (with --top-k --hidden --intermediate)");
+  cmd->add_option("--top-k", o->top_k, "Explicit shape: top-k");
+  cmd->add_option("--hidden", o->hidden, "Explicit shape: hidden H");
+  cmd->add_option("--intermediate", o->intermediate, "Explicit shape: intermediate I");
+  cmd->add_option("--tokens", o->tokens, "Batch sizes to time")->delimiter(',')->capture_default_str();
+  cmd->add_option("--backend", o->backend, "Backend: " + joined(backend_names()))->capture_default_str();
+  cmd->add_option("--iterations", o->iterations, "Timed graph replays per batch (median)")->check(CLI::Range(50, 100000))->capture_default_str();
+  cmd->add_option("--warmup", o->warmup, "Untimed replays first")->capture_default_str();
+  cmd->add_option("--layers", o->layers, "Layers to rotate (0: enough to exceed 4x L2)")->capture_default_str();
+  cmd->add_option("--json", o->json_path, "Write the benchmark record (bench/README.md) to this file");
+  cmd->add_flag("--stages", o->stages, "Also time each stage (route, gemm1, gemm2, combine)");
+  cmd->add_option("--seed", o->seed, "Seed of the random weights and inputs")->capture_default_str();
+  cmd->callback([o, &exit_code] {
+    MXMOE_REQUIRE(o->experts == 0 || (o->top_k > 0 && o->hidden > 0 && o->intermediate > 0),
+                  "--experts needs --top-k, --hidden and --intermediate too");
+    exit_code = run_bench(*o);
+  });
+}
+
+}  // namespace mxmoe::cli
