@@ -22,12 +22,14 @@ namespace {
 struct PackedMatrix {
   gemv::PackedShape shape;
   DeviceBuffer weights, scales, bias;
+  bool wide_scales = false;
 };
 
 PackedMatrix upload(std::span<const uint8_t> blocks, std::span<const uint8_t> scales, std::span<const uint16_t> bias,
                     int experts, int64_t rows, int64_t k, bool swiglu_pairs) {
   PackedMatrix m;
   m.shape = gemv::packed_shape(rows, k / 32);
+  m.wide_scales = gemv::needs_wide_scales(scales.data(), static_cast<int64_t>(scales.size()));
   const auto w_stride = static_cast<size_t>(m.shape.weight_bytes());
   const auto s_stride = static_cast<size_t>(m.shape.scale_bytes());
   std::vector<uint8_t> w(w_stride * experts), s(s_stride * experts);
@@ -132,6 +134,7 @@ class GemvBackend final : public BackendImpl {
     a.kblocks = static_cast<int>(m.shape.kblocks);
     a.chunks = static_cast<int>(m.shape.chunks);
     a.tiles = static_cast<int>(m.shape.tiles);
+    a.wide_scales = m.wide_scales;
   }
 
   MoeConfig config_;

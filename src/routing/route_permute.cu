@@ -117,6 +117,8 @@ __global__ void __launch_bounds__(kThreads) route_permute_kernel(RouteArgs a) {
   __shared__ int running[kMaxExperts];
   __shared__ int warp_counts[kWarps][kMaxExperts];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  // Launched with programmatic dependent launch: wait for the predecessor before touching memory.
+  cudaGridDependencySynchronize();
 
   for (int e = tid; e < kMaxExperts; e += kThreads) {
     counts[e] = 0;
@@ -211,8 +213,16 @@ void route_and_permute(const MoeConfig& config, const float* logits, int64_t tok
               config.routing == RoutingOrder::SoftmaxThenTopk,
               config.renormalize,
               buffers};
-  route_permute_kernel<<<1, kThreads, 0, stream>>>(a);
-  MXMOE_CUDA_CHECK_LAUNCH();
+  cudaLaunchConfig_t launch{};
+  launch.gridDim = dim3(1);
+  launch.blockDim = dim3(kThreads);
+  launch.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  launch.attrs = &attr;
+  launch.numAttrs = 1;
+  MXMOE_CUDA_CHECK(cudaLaunchKernelEx(&launch, route_permute_kernel, a));
 }
 
 }  // namespace mxmoe::routing

@@ -16,6 +16,7 @@ struct LayerCase {
   int64_t tokens;
   bool one_expert;  // route every token to the same expert
   bool with_bias;
+  bool wide_scales = false;  // some scale bytes above 128: the GEMV kernel's general multiplier path
 };
 
 MoeConfig make_config(const LayerCase& c) {
@@ -37,7 +38,12 @@ TEST_P(GpuLayer, MatchesReference) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   const MoeConfig cfg = make_config(c);
-  const MoeLayerData layer = MoeLayerData::random(cfg, seed, c.with_bias);
+  MoeLayerData layer = MoeLayerData::random(cfg, seed, c.with_bias);
+  if (c.wide_scales) {
+    // Lift a few blocks' scales by 2^12 (bytes above 128) in both GEMMs.
+    for (size_t i = 0; i < layer.w1_scales.size(); i += 37) layer.w1_scales[i] = static_cast<uint8_t>(layer.w1_scales[i] + 12);
+    for (size_t i = 5; i < layer.w2_scales.size(); i += 41) layer.w2_scales[i] = static_cast<uint8_t>(layer.w2_scales[i] + 12);
+  }
   const auto hidden = random_hidden(c.tokens, cfg.hidden, rng);
   auto logits = random_logits(c.tokens, cfg.num_experts, rng);
   if (c.one_expert)
@@ -69,7 +75,8 @@ INSTANTIATE_TEST_SUITE_P(
                       LayerCase{"t1000_small", 32, 4, 256, 192, 1000, false, true},
                       LayerCase{"t1000_one_expert", 32, 4, 256, 192, 1000, true, true},
                       LayerCase{"t37_odd_k", 5, 3, 96, 160, 37, false, true},
-                      LayerCase{"t64_e128_k8", 128, 8, 512, 288, 64, false, true}),
+                      LayerCase{"t64_e128_k8", 128, 8, 512, 288, 64, false, true},
+                      LayerCase{"t5_wide_scales", 16, 4, 384, 256, 5, false, true, true}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // Two eager runs and a graph replay give the same bits.

@@ -28,6 +28,7 @@ struct GemvArgs {
   void* out = nullptr;               // GEMM1: bf16 [rows, I]; GEMM2: fp32 [rows, H]
   float alpha = 1.702f, limit = 7.0f;
   int sm_count = 132;                // multiprocessors of the device (for the split-K choice)
+  bool wide_scales = false;          // some scale byte is > 128 or 0xFF: the general multiplier path
 };
 
 // Dynamic shared memory one block needs for K (8 activation rows, permuted and padded).

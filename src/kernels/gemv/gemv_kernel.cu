@@ -1,12 +1,18 @@
-// The grouped GEMV kernel: one warp per 16-row weight tile, one m16n8k16 bf16 MMA per 16-wide K
-// step with up to 8 rows of the expert on N. Grid: x = tile groups, y = active-expert slot,
-// z = row-batch split. Layout and fragment mapping: gemv_layout.hpp, common/mma_bf16.cuh.
+// The grouped GEMV kernel: one warp per 16-row weight tile (optionally split over K between several
+// warps), one m16n8k16 bf16 MMA per 16-wide K step with up to 8 rows of the expert on N.
+// Grid: x = tile groups, y = active-expert slot, z = row-batch split.
+//
+// Weights stream through a per-warp ring of shared-memory stages filled by cp.async.bulk and
+// completed on mbarriers: the loads in flight cost no registers, so many more bytes are in flight
+// per SM than register double-buffering allows, and the first stages are requested before the
+// activations are staged. Layout and fragment mapping: gemv_layout.hpp, common/mma_bf16.cuh.
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <climits>
 #include <cstdint>
 
+#include "kernels/common/bulk_copy.cuh"
 #include "kernels/common/mma_bf16.cuh"
 #include "kernels/common/mx_decode.cuh"
 #include "kernels/gemv/gemv.hpp"
@@ -24,89 +30,64 @@ using kernels::scale_multiplier_high;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-constexpr int kBatchRows = 8;  // MMA N
-constexpr int kUnroll = 3;     // chunks per load round (two rounds in flight: double-buffered)
+constexpr int kBatchRows = 8;     // MMA N
+constexpr int kStageChunks = 2;   // chunks per pipeline stage (one bulk copy of 2 KiB + 128 B)
+constexpr int kStages = 3;        // stages per warp
+constexpr int kStageBytes = kStageChunks * (kChunkWeightBytes + kChunkScaleBytes);
+constexpr int kWarpRingBytes = kStages * kStageBytes;
 
 // Bytes of one staged activation row: 128-byte aligned plus 64, so the 8 rows read by one
 // quarter-warp land in different banks.
 __host__ __device__ constexpr int act_row_stride(int chunks) { return chunks * kChunkK * 2 + 64; }
-
-__device__ __forceinline__ uint4 load_stream(const uint8_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
+__host__ __device__ constexpr int act_bytes(int chunks, int rows_cap) {
+  return (rows_cap * act_row_stride(chunks) + 127) / 128 * 128;
 }
 
-// Activation rows [batch, batch + rows) of the expert into shared memory, each group of 8 elements
-// permuted to the decode pair order (3,7,2,6,1,5,0,4) and each chunk's groups ordered (word, block).
-// Loads are issued kStageUnroll at a time before their stores, so their latencies overlap. Rows past
-// `rows` are zeroed without loads (they feed only MMA columns that are never stored).
-constexpr int kStageUnroll = 4;
-
+// Activation rows [first_row, first_row + rows) of the expert into shared memory, each group of 8
+// elements permuted to the decode pair order (3,7,2,6,1,5,0,4) and each chunk's groups ordered
+// (word, block). Groups past K are zeroed (they meet zero weights; garbage there could be NaN).
+// Rows past `rows` are left as they are: they feed only MMA columns that are never stored.
 template <bool kGemm1>
 __device__ void stage_rows(const GemvArgs& a, int first_row, int rows, uint8_t* smem) {
   const int groups_per_row = a.chunks * (kChunkK / 8);
   const int stride = act_row_stride(a.chunks);
-  auto dest = [&](int i) {
-    const int r = i / groups_per_row, k0 = (i % groups_per_row) * 8;
-    const int chunk = k0 / kChunkK, block = (k0 % kChunkK) / 32, word = (k0 % 32) / 8;
-    return reinterpret_cast<uint4*>(smem + r * stride + chunk * kChunkK * 2 + (word * 4 + block) * 16);
-  };
-  const int valid = rows * groups_per_row;
-  for (int i0 = threadIdx.x; i0 < valid; i0 += kThreads * kStageUnroll) {
-    uint4 x[kStageUnroll];
-#pragma unroll
-    for (int u = 0; u < kStageUnroll; ++u) {
-      const int i = i0 + u * kThreads;
-      const int r = i / groups_per_row, k0 = (i % groups_per_row) * 8;
-      x[u] = make_uint4(0, 0, 0, 0);
-      if (i < valid && k0 < a.k) {
-        const int row = first_row + r;
-        const int64_t act_row = kGemm1 ? a.row_pair[row] / a.top_k : row;
-        x[u] = __ldg(reinterpret_cast<const uint4*>(a.act + act_row * a.k + k0));
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kStageUnroll; ++u) {
-      const int i = i0 + u * kThreads;
-      if (i >= valid) break;
+  for (int r = 0; r < rows; ++r) {
+    const int row = first_row + r;
+    const int64_t act_row = kGemm1 ? a.row_pair[row] / a.top_k : row;
+    const uint16_t* src = a.act + act_row * a.k;
+    uint8_t* dst_row = smem + r * stride;
+    for (int g = threadIdx.x; g < groups_per_row; g += kThreads) {
+      const int k0 = g * 8;
+      const uint4 x = k0 < a.k ? __ldg(reinterpret_cast<const uint4*>(src + k0)) : make_uint4(0, 0, 0, 0);
       uint4 y;
-      y.x = __byte_perm(x[u].y, x[u].w, 0x7632);  // (e3, e7)
-      y.y = __byte_perm(x[u].y, x[u].w, 0x5410);  // (e2, e6)
-      y.z = __byte_perm(x[u].x, x[u].z, 0x7632);  // (e1, e5)
-      y.w = __byte_perm(x[u].x, x[u].z, 0x5410);  // (e0, e4)
-      *dest(i) = y;
+      y.x = __byte_perm(x.y, x.w, 0x7632);  // (e3, e7)
+      y.y = __byte_perm(x.y, x.w, 0x5410);  // (e2, e6)
+      y.z = __byte_perm(x.x, x.z, 0x7632);  // (e1, e5)
+      y.w = __byte_perm(x.x, x.z, 0x5410);  // (e0, e4)
+      // g = chunk*16 + block*4 + word  ->  chunk*256 B + (word*4 + block)*16 B
+      const int chunk = g >> 4, block = (g >> 2) & 3, word = g & 3;
+      *reinterpret_cast<uint4*>(dst_row + chunk * (kChunkK * 2) + (word * 4 + block) * 16) = y;
     }
   }
-  for (int i = valid + threadIdx.x; i < kBatchRows * groups_per_row; i += kThreads) *dest(i) = make_uint4(0, 0, 0, 0);
 }
 
-// The weight loads of up to kUnroll chunks [c0, min(c0 + kUnroll, c_end)) of one tile.
-struct ChunkLoads {
-  uint4 lo[kUnroll], hi[kUnroll];
-  uint32_t scales[kUnroll];
-};
-
-__device__ __forceinline__ void load_chunks(ChunkLoads& l, const uint8_t* w_base, const uint8_t* s_base, int c0,
-                                            int c_end, int q, int kblocks) {
-#pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    const int c = c0 + u;
-    const bool valid = c < c_end && c * kChunkBlocks + q < kblocks;
-    l.lo[u] = valid ? load_stream(w_base + c * kChunkWeightBytes) : make_uint4(0, 0, 0, 0);
-    l.hi[u] = valid ? load_stream(w_base + c * kChunkWeightBytes + 512) : make_uint4(0, 0, 0, 0);
-    l.scales[u] = valid ? *reinterpret_cast<const uint16_t*>(s_base + c * kChunkScaleBytes) : 0x7F7Fu;
-  }
-}
-
-// One chunk (K = 128) of one 16-row tile: 8 MMAs.
+// One chunk (K = 128) of one 16-row tile: 8 MMAs into two accumulator chains.
+// kWideScales: scale bytes above 128 (weights beyond +-12) or 0xFF (NaN) may occur, so the
+// multiplier needs the general form; the upload picks it only when the layer has such a byte.
+template <bool kWideScales>
 __device__ __forceinline__ void mma_chunk(const uint4& w_lo, const uint4& w_hi, uint32_t scales, const uint8_t* b_row,
-                                          float (&acc)[4]) {
+                                          float (&acc)[2][4]) {
   const uint32_t s_lo = scales & 0xFFu, s_hi = (scales >> 8) & 0xFFu;
-  const uint32_t m_lo = scale_multiplier(s_lo), m_hi = scale_multiplier(s_hi);
-  const bool big = (s_lo > 128u && s_lo != 0xFFu) || (s_hi > 128u && s_hi != 0xFFu);
+  uint32_t m_lo, m_hi, h_lo = 0x3F803F80u, h_hi = 0x3F803F80u;
+  if constexpr (kWideScales) {
+    m_lo = scale_multiplier(s_lo);
+    m_hi = scale_multiplier(s_hi);
+    if (s_lo > 128u && s_lo != 0xFFu) h_lo = scale_multiplier_high(s_lo);
+    if (s_hi > 128u && s_hi != 0xFFu) h_hi = scale_multiplier_high(s_hi);
+  } else {
+    m_lo = (s_lo + 126u) * 0x00800080u;  // bf16x2 of 2^(s-1), valid for s <= 128
+    m_hi = (s_hi + 126u) * 0x00800080u;
+  }
   const uint32_t words_lo[4] = {w_lo.x, w_lo.y, w_lo.z, w_lo.w};
   const uint32_t words_hi[4] = {w_hi.x, w_hi.y, w_hi.z, w_hi.w};
 #pragma unroll
@@ -118,19 +99,14 @@ __device__ __forceinline__ void mma_chunk(const uint4& w_lo, const uint4& w_hi, 
     for (int j = 0; j < 4; ++j) {
       lo[j] = bf16x2_mul(lo[j], m_lo);
       hi[j] = bf16x2_mul(hi[j], m_hi);
-    }
-    if (big) {  // rare: scales above 2^1 need a second factor (see mx_decode.cuh)
-      const uint32_t h_lo = s_lo > 128u && s_lo != 0xFFu ? scale_multiplier_high(s_lo) : 0x3F803F80u;
-      const uint32_t h_hi = s_hi > 128u && s_hi != 0xFFu ? scale_multiplier_high(s_hi) : 0x3F803F80u;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
+      if constexpr (kWideScales) {
         lo[j] = bf16x2_mul(lo[j], h_lo);
         hi[j] = bf16x2_mul(hi[j], h_hi);
       }
     }
     const uint4 b = *reinterpret_cast<const uint4*>(b_row + w * 64);
-    mma_m16n8k16_bf16(acc, lo[0], hi[0], lo[1], hi[1], b.x, b.y);
-    mma_m16n8k16_bf16(acc, lo[2], hi[2], lo[3], hi[3], b.z, b.w);
+    mma_m16n8k16_bf16(acc[w & 1], lo[0], hi[0], lo[1], hi[1], b.x, b.y);
+    mma_m16n8k16_bf16(acc[w & 1], lo[2], hi[2], lo[3], hi[3], b.z, b.w);
   }
 }
 
@@ -140,48 +116,96 @@ __device__ __forceinline__ float swiglu(float gate, float linear, float alpha, f
   return gate / (1.f + __expf(-alpha * gate)) * (linear + 1.f);
 }
 
-template <bool kGemm1>
-__global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const GemvArgs a, const int ksplit) {
-  extern __shared__ __align__(16) uint8_t smem[];
+// The per-warp weight ring: stage s holds chunks [c, c + kStageChunks) of the warp's tile.
+struct WeightRing {
+  uint8_t* base;      // kStages * kStageBytes of shared memory
+  uint64_t* bars;     // kStages mbarriers
+  const uint8_t* w;   // the tile's packed weights (global)
+  const uint8_t* s;   // the tile's packed scales (global)
+  int c_begin, c_end;
+  uint32_t seq;       // stages consumed so far by this warp (all lanes agree)
+
+  __device__ int groups() const { return (c_end - c_begin + kStageChunks - 1) / kStageChunks; }
+
+  // Lane 0 only: request group `grp` into the ring slot it will occupy.
+  __device__ void issue(int grp) const {
+    const uint32_t slot = (seq + grp) % kStages;
+    const int c = c_begin + grp * kStageChunks;
+    const int n = min(kStageChunks, c_end - c);
+    uint8_t* stage = base + slot * kStageBytes;
+    kernels::mbarrier_arrive_expect_tx(&bars[slot], n * (kChunkWeightBytes + kChunkScaleBytes));
+    kernels::bulk_copy_to_shared(stage, w + static_cast<int64_t>(c) * kChunkWeightBytes, n * kChunkWeightBytes,
+                                 &bars[slot]);
+    kernels::bulk_copy_to_shared(stage + kStageChunks * kChunkWeightBytes, s + static_cast<int64_t>(c) * kChunkScaleBytes,
+                                 n * kChunkScaleBytes, &bars[slot]);
+  }
+};
+
+template <bool kGemm1, bool kWideScales>
+__global__ void __launch_bounds__(kThreads, 3) gemv_kernel(const GemvArgs a, const int ksplit, const int rows_cap) {
+  extern __shared__ __align__(128) uint8_t smem[];
   __shared__ float partial[kWarps][4][32];  // split-K partial sums, reduced in a fixed order
-  // Under programmatic dependent launch this kernel may start before the routing has finished.
+  __shared__ uint64_t bars[kWarps][kStages];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0)
+    for (int s = 0; s < kStages; ++s) kernels::mbarrier_init(&bars[warp][s], 1);
+  kernels::fence_barrier_init();
+  __syncwarp();
+  // Under programmatic dependent launch this kernel may start before its predecessor has finished.
   cudaGridDependencySynchronize();
   const int slot = blockIdx.y;
   if (slot >= *a.active_count) return;
   const int expert = a.active_experts[slot];
   const int row0 = a.expert_offsets[expert];
   const int rows = a.expert_offsets[expert + 1] - row0;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, q = lane & 3;
   // Warps [t*ksplit, (t+1)*ksplit) of the block share tile t and split its K chunks.
   const int tiles_per_block = kWarps / ksplit;
   const int tile = blockIdx.x * tiles_per_block + warp / ksplit;
   const int split = warp % ksplit;
-  const int c_begin = a.chunks * split / ksplit, c_end = a.chunks * (split + 1) / ksplit;
-  const int stride = act_row_stride(a.chunks);
-  const uint8_t* w_base = a.weights + expert * a.expert_weight_stride + static_cast<int64_t>(tile) * a.chunks * kChunkWeightBytes + lane * 16;
-  const uint8_t* s_base = a.scales + expert * a.expert_scale_stride + static_cast<int64_t>(tile) * a.chunks * kChunkScaleBytes + lane * 2;
-  const uint8_t* b_base = smem + g * stride + q * 16;
-
   const bool has_tile = tile < a.tiles;
+  const int stride = act_row_stride(a.chunks);
+  WeightRing ring;
+  ring.base = smem + act_bytes(a.chunks, rows_cap) + warp * kWarpRingBytes;
+  ring.bars = bars[warp];
+  ring.w = a.weights + expert * a.expert_weight_stride + static_cast<int64_t>(tile) * a.chunks * kChunkWeightBytes;
+  ring.s = a.scales + expert * a.expert_scale_stride + static_cast<int64_t>(tile) * a.chunks * kChunkScaleBytes;
+  ring.c_begin = a.chunks * split / ksplit;
+  ring.c_end = a.chunks * (split + 1) / ksplit;
+  ring.seq = 0;
+  const int groups = has_tile ? ring.groups() : 0;
+  // Lanes whose batch row is past rows_cap read row 0: their MMA column is never stored.
+  const uint8_t* b_base = smem + min(g, rows_cap - 1) * stride + q * 16;
+
   for (int batch = blockIdx.z * kBatchRows; batch < rows; batch += gridDim.z * kBatchRows) {
     const int batch_rows = min(kBatchRows, rows - batch);
-    // The first weight loads do not depend on the activations: issue them before the staging.
-    ChunkLoads cur;
-    if (has_tile) load_chunks(cur, w_base, s_base, c_begin, c_end, q, a.kblocks);
+    // The weights do not depend on the activations: request the first stages before staging them.
+    if (lane == 0)
+      for (int grp = 0; grp < min(kStages, groups); ++grp) ring.issue(grp);
     stage_rows<kGemm1>(a, row0 + batch, batch_rows, smem);
     __syncthreads();
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    if (has_tile) {
-      for (int c0 = c_begin; c0 < c_end; c0 += kUnroll) {
-        ChunkLoads next;
-        if (c0 + kUnroll < c_end) load_chunks(next, w_base, s_base, c0 + kUnroll, c_end, q, a.kblocks);
+    float chains[2][4] = {};
+    for (int grp = 0; grp < groups; ++grp) {
+      const uint32_t slot_index = (ring.seq + grp) % kStages;
+      kernels::mbarrier_wait_parity(&ring.bars[slot_index], ((ring.seq + grp) / kStages) & 1u);
+      const uint8_t* stage = ring.base + slot_index * kStageBytes;
+      const int c0 = ring.c_begin + grp * kStageChunks;
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u)
-          if (c0 + u < c_end) mma_chunk(cur.lo[u], cur.hi[u], cur.scales[u], b_base + (c0 + u) * kChunkK * 2, acc);
-        cur = next;
+      for (int u = 0; u < kStageChunks; ++u) {
+        if (c0 + u >= ring.c_end) break;
+        const uint4 lo = *reinterpret_cast<const uint4*>(stage + u * kChunkWeightBytes + lane * 16);
+        const uint4 hi = *reinterpret_cast<const uint4*>(stage + u * kChunkWeightBytes + 512 + lane * 16);
+        const uint32_t sc =
+            *reinterpret_cast<const uint16_t*>(stage + kStageChunks * kChunkWeightBytes + u * kChunkScaleBytes + lane * 2);
+        mma_chunk<kWideScales>(lo, hi, sc, b_base + (c0 + u) * kChunkK * 2, chains);
       }
+      __syncwarp();  // every lane has read the stage before it is refilled
+      if (lane == 0 && grp + kStages < groups) ring.issue(grp + kStages);
     }
+    ring.seq += groups;
+    float acc[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[j] = chains[0][j] + chains[1][j];
     if (ksplit > 1) {
 #pragma unroll
       for (int j = 0; j < 4; ++j) partial[warp][j][lane] = acc[j];
@@ -194,7 +218,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const GemvArgs a, con
         }
       }
     }
-    if (tile < a.tiles && split == 0) {
+    if (has_tile && split == 0) {
       // Epilogue: this lane holds rows (g, g+8) of the tile for batch rows (2q, 2q+1).
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
@@ -225,7 +249,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const GemvArgs a, con
         }
       }
     }
-    __syncthreads();
+    __syncthreads();  // the staged rows and partial sums are reused by the next batch
   }
 }
 
@@ -249,44 +273,57 @@ int choose_ksplit(int tiles, int chunks, int max_active, int sm_count) {
   return best;
 }
 
+int rows_cap_for(int64_t tokens) { return static_cast<int>(std::min<int64_t>(kBatchRows, tokens)); }
+
+size_t smem_for(int k, int rows_cap) {
+  const int chunks = (k / 32 + kChunkBlocks - 1) / kChunkBlocks;
+  return static_cast<size_t>(act_bytes(chunks, rows_cap)) + kWarps * kWarpRingBytes;
+}
+
 template <bool kGemm1>
 void launch(const GemvArgs& a, int64_t tokens, int max_active, cudaStream_t stream) {
   if (tokens == 0 || max_active == 0) return;
   const int ksplit = choose_ksplit(a.tiles, a.chunks, max_active, a.sm_count);
   const int tiles_per_block = kWarps / ksplit;
+  // An expert has at most `tokens` rows (top-k experts are distinct), so smaller batches need less
+  // shared memory for the staged rows, and more blocks fit per SM.
+  const int rows_cap = rows_cap_for(tokens);
   const int64_t pairs = tokens * a.top_k;
   const int64_t batches = (pairs + kBatchRows * max_active - 1) / (kBatchRows * max_active);
   cudaLaunchConfig_t config{};
   config.gridDim = dim3((a.tiles + tiles_per_block - 1) / tiles_per_block, static_cast<unsigned>(max_active),
                         static_cast<unsigned>(std::clamp<int64_t>(batches, 1, 64)));
   config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = smem_bytes(a.k);
+  config.dynamicSmemBytes = smem_for(a.k, rows_cap);
   config.stream = stream;
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &attr;
   config.numAttrs = 1;
-  MXMOE_CUDA_CHECK(cudaLaunchKernelEx(&config, gemv_kernel<kGemm1>, a, ksplit));
+  if (a.wide_scales)
+    MXMOE_CUDA_CHECK(cudaLaunchKernelEx(&config, gemv_kernel<kGemm1, true>, a, ksplit, rows_cap));
+  else
+    MXMOE_CUDA_CHECK(cudaLaunchKernelEx(&config, gemv_kernel<kGemm1, false>, a, ksplit, rows_cap));
 }
 
 }  // namespace
 
-size_t smem_bytes(int k) {
-  const int chunks = (k / 32 + kChunkBlocks - 1) / kChunkBlocks;
-  return static_cast<size_t>(kBatchRows) * act_row_stride(chunks);
-}
+size_t smem_bytes(int k) { return smem_for(k, kBatchRows); }
 
 int max_k(size_t smem_per_block_optin) {
-  const int64_t chunks = (static_cast<int64_t>(smem_per_block_optin) / kBatchRows - 64) / (kChunkK * 2);
-  return static_cast<int>(chunks * kChunkK);
+  const int64_t room = static_cast<int64_t>(smem_per_block_optin) - kWarps * kWarpRingBytes - 128;
+  const int64_t chunks = (room / kBatchRows - 64) / (kChunkK * 2);
+  return static_cast<int>(std::max<int64_t>(chunks, 0) * kChunkK);
 }
 
 void configure(size_t max_dynamic_smem) {
-  MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(max_dynamic_smem)));
-  MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(max_dynamic_smem)));
+  const int bytes = static_cast<int>(max_dynamic_smem);
+  const auto attr = cudaFuncAttributeMaxDynamicSharedMemorySize;
+  MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<true, false>, attr, bytes));
+  MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<true, true>, attr, bytes));
+  MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<false, false>, attr, bytes));
+  MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<false, true>, attr, bytes));
 }
 
 void launch_gemm1(const GemvArgs& args, int64_t tokens, int max_active, cudaStream_t stream) {

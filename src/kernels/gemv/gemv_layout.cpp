@@ -40,4 +40,10 @@ void pack_expert(const uint8_t* blocks, const uint8_t* scales, const PackedShape
         }
 }
 
+bool needs_wide_scales(const uint8_t* scales, int64_t count) {
+  for (int64_t i = 0; i < count; ++i)
+    if (scales[i] > 128) return true;
+  return false;
+}
+
 }  // namespace mxmoe::gemv

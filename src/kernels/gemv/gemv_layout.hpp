@@ -39,4 +39,7 @@ int64_t source_row(int64_t tile, int local_row, bool swiglu_pairs);
 void pack_expert(const uint8_t* blocks, const uint8_t* scales, const PackedShape& shape, bool swiglu_pairs,
                  uint8_t* packed_weights, uint8_t* packed_scales);
 
+// Whether any scale byte needs the GEMV kernel's general multiplier path (above 128, or 0xFF = NaN).
+bool needs_wide_scales(const uint8_t* scales, int64_t count);
+
 }  // namespace mxmoe::gemv
