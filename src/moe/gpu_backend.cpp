@@ -21,7 +21,7 @@ namespace {
 // One GEMM's weights in the GEMV layout on the device.
 struct PackedMatrix {
   gemv::PackedShape shape;
-  DeviceBuffer weights, scales, bias;
+  DeviceBuffer packed, bias;
   bool wide_scales = false;
 };
 
@@ -30,15 +30,13 @@ PackedMatrix upload(std::span<const uint8_t> blocks, std::span<const uint8_t> sc
   PackedMatrix m;
   m.shape = gemv::packed_shape(rows, k / 32);
   m.wide_scales = gemv::needs_wide_scales(scales.data(), static_cast<int64_t>(scales.size()));
-  const auto w_stride = static_cast<size_t>(m.shape.weight_bytes());
-  const auto s_stride = static_cast<size_t>(m.shape.scale_bytes());
-  std::vector<uint8_t> w(w_stride * experts), s(s_stride * experts);
+  const auto stride = static_cast<size_t>(m.shape.bytes());
+  std::vector<uint8_t> packed(stride * experts);
   const auto src_w = static_cast<size_t>(rows * k / 2), src_s = static_cast<size_t>(rows * k / 32);
   for (int e = 0; e < experts; ++e)
     gemv::pack_expert(blocks.data() + e * src_w, scales.data() + e * src_s, m.shape, swiglu_pairs,
-                      w.data() + e * w_stride, s.data() + e * s_stride);
-  m.weights = DeviceBuffer(w.data(), w.size());
-  m.scales = DeviceBuffer(s.data(), s.size());
+                      packed.data() + e * stride);
+  m.packed = DeviceBuffer(packed.data(), packed.size());
   if (!bias.empty()) m.bias = DeviceBuffer(bias.data(), bias.size_bytes());
   return m;
 }
@@ -124,10 +122,8 @@ class GemvBackend final : public BackendImpl {
 
  private:
   static void bind(gemv::GemvArgs& a, const PackedMatrix& m, int n, int k) {
-    a.weights = m.weights.get<uint8_t>();
-    a.scales = m.scales.get<uint8_t>();
-    a.expert_weight_stride = m.shape.weight_bytes();
-    a.expert_scale_stride = m.shape.scale_bytes();
+    a.weights = m.packed.get<uint8_t>();
+    a.expert_stride = m.shape.bytes();
     a.bias = m.bias.get<uint16_t>();
     a.n = n;
     a.k = k;

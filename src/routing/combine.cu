@@ -12,7 +12,9 @@ constexpr int kThreads = 256;
 __global__ void __launch_bounds__(kThreads) combine_kernel(const float* __restrict__ rows,
                                                            const int32_t* __restrict__ pair_row, int top_k,
                                                            int hidden, uint16_t* __restrict__ out) {
-  cudaGridDependencySynchronize();  // launched with programmatic dependent launch after GEMM2
+  // Programmatic dependent launch: the next kernel may launch now; we wait for GEMM2's results.
+  cudaTriggerProgrammaticLaunchCompletion();
+  cudaGridDependencySynchronize();
   const int64_t t = blockIdx.x;
   const int n = (blockIdx.y * kThreads + threadIdx.x) * 4;
   if (n >= hidden) return;

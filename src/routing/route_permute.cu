@@ -2,6 +2,7 @@
 // and one block makes the stable order (expert, then token, then slot) deterministic without any
 // global atomics or host round trip.
 #include <cfloat>
+#include <algorithm>
 #include <climits>
 
 #include "moe/cuda_check.hpp"
@@ -10,8 +11,8 @@
 namespace mxmoe::routing {
 namespace {
 
-constexpr int kThreads = 512;
-constexpr int kWarps = kThreads / 32;
+constexpr int kMaxThreads = 512;
+constexpr int kMaxWarps = kMaxThreads / 32;
 constexpr int kMaxExperts = 256;
 constexpr int kMaxPerLane = kMaxExperts / 32;
 constexpr int kMaxTopk = 8;
@@ -111,23 +112,28 @@ __device__ void route_token(const RouteArgs& a, int t, int lane, int* counts) {
   }
 }
 
-__global__ void __launch_bounds__(kThreads) route_permute_kernel(RouteArgs a) {
+// Block size scales with T (a decode step needs only a few warps; fewer warps also means less
+// per-chunk bookkeeping in step 3).
+__global__ void __launch_bounds__(kMaxThreads) route_permute_kernel(RouteArgs a) {
   __shared__ int counts[kMaxExperts];
   __shared__ int offsets[kMaxExperts + 1];
   __shared__ int running[kMaxExperts];
-  __shared__ int warp_counts[kWarps][kMaxExperts];
+  __shared__ int warp_counts[kMaxWarps][kMaxExperts];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  // Launched with programmatic dependent launch: wait for the predecessor before touching memory.
+  const int threads = blockDim.x, warps = threads / 32;
+  // Programmatic dependent launch: let the next kernel launch now (it waits for our completion
+  // before reading anything), and wait for the predecessor before touching memory ourselves.
+  cudaTriggerProgrammaticLaunchCompletion();
   cudaGridDependencySynchronize();
 
-  for (int e = tid; e < kMaxExperts; e += kThreads) {
+  for (int e = tid; e < kMaxExperts; e += threads) {
     counts[e] = 0;
     running[e] = 0;
   }
   __syncthreads();
 
   // 1. route: one warp per token.
-  for (int t = warp; t < a.tokens; t += kWarps) route_token(a, t, lane, counts);
+  for (int t = warp; t < a.tokens; t += warps) route_token(a, t, lane, counts);
   __syncthreads();
 
   // 2. scan of the histogram and the list of active experts (warp 0; 8 experts per lane).
@@ -170,11 +176,11 @@ __global__ void __launch_bounds__(kThreads) route_permute_kernel(RouteArgs a) {
   }
   __syncthreads();
 
-  // 3. stable ranks: pairs in order p = t*k + s, a chunk of kThreads pairs at a time.
+  // 3. stable ranks: pairs in order p = t*k + s, a chunk of threads pairs at a time.
   const int pairs = a.tokens * a.top_k;
   const unsigned lanes_below = (1u << lane) - 1u;
-  for (int base = 0; base < pairs; base += kThreads) {
-    for (int i = tid; i < kWarps * kMaxExperts; i += kThreads) (&warp_counts[0][0])[i] = 0;
+  for (int base = 0; base < pairs; base += threads) {
+    for (int i = tid; i < warps * kMaxExperts; i += threads) (&warp_counts[0][0])[i] = 0;
     __syncthreads();
     const int p = base + tid;
     const bool valid = p < pairs;
@@ -191,9 +197,9 @@ __global__ void __launch_bounds__(kThreads) route_permute_kernel(RouteArgs a) {
       a.out.pair_row[p] = row;
     }
     __syncthreads();
-    for (int x = tid; x < a.experts; x += kThreads) {
+    for (int x = tid; x < a.experts; x += threads) {
       int add = 0;
-      for (int w = 0; w < kWarps; ++w) add += warp_counts[w][x];
+      for (int w = 0; w < warps; ++w) add += warp_counts[w][x];
       running[x] += add;
     }
     __syncthreads();
@@ -215,7 +221,8 @@ void route_and_permute(const MoeConfig& config, const float* logits, int64_t tok
               buffers};
   cudaLaunchConfig_t launch{};
   launch.gridDim = dim3(1);
-  launch.blockDim = dim3(kThreads);
+  const int threads = static_cast<int>(std::clamp<int64_t>((tokens * config.top_k + 31) / 32 * 32, 128, kMaxThreads));
+  launch.blockDim = dim3(threads);
   launch.stream = stream;
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;

@@ -152,8 +152,9 @@ TEST_F(CliTest, CheckTinyPasses) {
   const bool says_cpu_only = r.out.find("no GPU: ran the CPU reference only (") != std::string::npos;
   EXPECT_EQ(says_cpu_only, !mxmoe::gpu_available()) << r.out;
   // With a GPU, every backend the probe calls runnable is checked too.
+  const mxmoe::ProbeResult probed = mxmoe::probe();  // kept alive: the loop below reads into it
   if (mxmoe::gpu_available())
-    for (const std::string& backend : mxmoe::probe().gpus.at(0).runnable_backends)
+    for (const std::string& backend : probed.gpus.at(0).runnable_backends)
       EXPECT_TRUE(std::regex_search(r.out, std::regex("\n" + backend + R"( +\S+ +\S+ +\S+ +\S+ ms +PASS\n)"))) << r.out;
 }
 

@@ -8,11 +8,18 @@
 
 #include <cstdint>
 
+// The integer parts are host-callable too, so the CPU tests check them.
+#if defined(__CUDACC__)
+#define MXMOE_HD __host__ __device__ __forceinline__
+#else
+#define MXMOE_HD inline
+#endif
+
 namespace mxmoe::kernels {
 
 // Four bf16x2 from one 32-bit word of 8 nibbles (elements 0..7, element i in bits 4i..4i+3), in the
 // pair order (3,7), (2,6), (1,5), (0,4): low half = first element of each pair.
-__device__ __forceinline__ void decode_e2m1x8(uint32_t q, uint32_t (&out)[4]) {
+MXMOE_HD void decode_e2m1x8(uint32_t q, uint32_t (&out)[4]) {
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     const uint32_t s = q << (4 * j);
@@ -22,21 +29,26 @@ __device__ __forceinline__ void decode_e2m1x8(uint32_t q, uint32_t (&out)[4]) {
 
 // bf16x2 multiplier for an e8m0 scale byte, to be applied to decode_e2m1x8 output. For scale <= 128
 // one multiply suffices; above that the caller applies scale_multiplier_high too. 0xFF gives NaN.
-__device__ __forceinline__ uint32_t scale_multiplier(uint32_t scale) {
+MXMOE_HD uint32_t scale_multiplier(uint32_t scale) {
   if (scale == 0xFFu) return 0x7FC07FC0u;
   const uint32_t exp_field = scale <= 128u ? scale + 126u : 254u;  // 2^(scale-1), capped at 2^127
   const uint32_t bits = exp_field << 7;
   return bits | (bits << 16);
 }
 // Second factor for scale > 128: 2^(scale-128), so that 2^127 * 2^(scale-128) = 2^(scale-1).
-__device__ __forceinline__ uint32_t scale_multiplier_high(uint32_t scale) {
+MXMOE_HD uint32_t scale_multiplier_high(uint32_t scale) {
   const uint32_t bits = (scale - 1u) << 7;
   return bits | (bits << 16);
 }
 
+// The fast-path multiplier (scale <= 128): bf16x2 of 2^(scale-1) in one integer multiply.
+MXMOE_HD uint32_t scale_multiplier_fast(uint32_t scale) { return (scale + 126u) * 0x00800080u; }
+
+#if defined(__CUDACC__)
 __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
   return *reinterpret_cast<uint32_t*>(&r);
 }
+#endif
 
 }  // namespace mxmoe::kernels

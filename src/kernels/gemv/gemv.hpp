@@ -10,10 +10,8 @@
 namespace mxmoe::gemv {
 
 struct GemvArgs {
-  const uint8_t* weights = nullptr;  // packed (gemv_layout.hpp), experts back to back
-  const uint8_t* scales = nullptr;
-  int64_t expert_weight_stride = 0;  // bytes
-  int64_t expert_scale_stride = 0;
+  const uint8_t* weights = nullptr;  // packed weights and scales (gemv_layout.hpp), experts back to back
+  int64_t expert_stride = 0;         // bytes
   const uint16_t* bias = nullptr;    // [E, N] bf16 in checkpoint row order, or null
   int n = 0;                         // output rows per expert in the checkpoint (2I or H)
   int k = 0;                         // K (H or I), multiple of 32

@@ -33,7 +33,7 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kBatchRows = 8;     // MMA N
 constexpr int kStageChunks = 2;   // chunks per pipeline stage (one bulk copy of 2 KiB + 128 B)
 constexpr int kStages = 3;        // stages per warp
-constexpr int kStageBytes = kStageChunks * (kChunkWeightBytes + kChunkScaleBytes);
+constexpr int kStageBytes = kStageChunks * kChunkBytes;
 constexpr int kWarpRingBytes = kStages * kStageBytes;
 
 // Bytes of one staged activation row: 128-byte aligned plus 64, so the 8 rows read by one
@@ -85,8 +85,8 @@ __device__ __forceinline__ void mma_chunk(const uint4& w_lo, const uint4& w_hi, 
     if (s_lo > 128u && s_lo != 0xFFu) h_lo = scale_multiplier_high(s_lo);
     if (s_hi > 128u && s_hi != 0xFFu) h_hi = scale_multiplier_high(s_hi);
   } else {
-    m_lo = (s_lo + 126u) * 0x00800080u;  // bf16x2 of 2^(s-1), valid for s <= 128
-    m_hi = (s_hi + 126u) * 0x00800080u;
+    m_lo = kernels::scale_multiplier_fast(s_lo);
+    m_hi = kernels::scale_multiplier_fast(s_hi);
   }
   const uint32_t words_lo[4] = {w_lo.x, w_lo.y, w_lo.z, w_lo.w};
   const uint32_t words_hi[4] = {w_hi.x, w_hi.y, w_hi.z, w_hi.w};
@@ -116,28 +116,25 @@ __device__ __forceinline__ float swiglu(float gate, float linear, float alpha, f
   return gate / (1.f + __expf(-alpha * gate)) * (linear + 1.f);
 }
 
-// The per-warp weight ring: stage s holds chunks [c, c + kStageChunks) of the warp's tile.
+// The per-warp weight ring: stage s holds the records of chunks [c, c + kStageChunks) of the warp's
+// tile, one bulk copy (records are contiguous, see gemv_layout.hpp).
 struct WeightRing {
-  uint8_t* base;      // kStages * kStageBytes of shared memory
-  uint64_t* bars;     // kStages mbarriers
-  const uint8_t* w;   // the tile's packed weights (global)
-  const uint8_t* s;   // the tile's packed scales (global)
+  uint8_t* base;        // kStages * kStageBytes of shared memory
+  uint64_t* bars;       // kStages mbarriers
+  const uint8_t* tile;  // the tile's packed records (global)
   int c_begin, c_end;
-  uint32_t seq;       // stages consumed so far by this warp (all lanes agree)
+  uint32_t seq;         // stages consumed so far by this warp (all lanes agree)
 
   __device__ int groups() const { return (c_end - c_begin + kStageChunks - 1) / kStageChunks; }
 
-  // Lane 0 only: request group `grp` into the ring slot it will occupy.
+  // One lane only: request group `grp` into the ring slot it will occupy.
   __device__ void issue(int grp) const {
     const uint32_t slot = (seq + grp) % kStages;
     const int c = c_begin + grp * kStageChunks;
-    const int n = min(kStageChunks, c_end - c);
-    uint8_t* stage = base + slot * kStageBytes;
-    kernels::mbarrier_arrive_expect_tx(&bars[slot], n * (kChunkWeightBytes + kChunkScaleBytes));
-    kernels::bulk_copy_to_shared(stage, w + static_cast<int64_t>(c) * kChunkWeightBytes, n * kChunkWeightBytes,
+    const uint32_t bytes = min(kStageChunks, c_end - c) * kChunkBytes;
+    kernels::mbarrier_arrive_expect_tx(&bars[slot], bytes);
+    kernels::bulk_copy_to_shared(base + slot * kStageBytes, tile + static_cast<int64_t>(c) * kChunkBytes, bytes,
                                  &bars[slot]);
-    kernels::bulk_copy_to_shared(stage + kStageChunks * kChunkWeightBytes, s + static_cast<int64_t>(c) * kChunkScaleBytes,
-                                 n * kChunkScaleBytes, &bars[slot]);
   }
 };
 
@@ -151,7 +148,9 @@ __global__ void __launch_bounds__(kThreads, 3) gemv_kernel(const GemvArgs a, con
     for (int s = 0; s < kStages; ++s) kernels::mbarrier_init(&bars[warp][s], 1);
   kernels::fence_barrier_init();
   __syncwarp();
-  // Under programmatic dependent launch this kernel may start before its predecessor has finished.
+  // Programmatic dependent launch: the next kernel may launch now (it waits for our completion
+  // before reading anything); this one may have started before its predecessor finished.
+  cudaTriggerProgrammaticLaunchCompletion();
   cudaGridDependencySynchronize();
   const int slot = blockIdx.y;
   if (slot >= *a.active_count) return;
@@ -168,8 +167,7 @@ __global__ void __launch_bounds__(kThreads, 3) gemv_kernel(const GemvArgs a, con
   WeightRing ring;
   ring.base = smem + act_bytes(a.chunks, rows_cap) + warp * kWarpRingBytes;
   ring.bars = bars[warp];
-  ring.w = a.weights + expert * a.expert_weight_stride + static_cast<int64_t>(tile) * a.chunks * kChunkWeightBytes;
-  ring.s = a.scales + expert * a.expert_scale_stride + static_cast<int64_t>(tile) * a.chunks * kChunkScaleBytes;
+  ring.tile = a.weights + expert * a.expert_stride + static_cast<int64_t>(tile) * a.chunks * kChunkBytes;
   ring.c_begin = a.chunks * split / ksplit;
   ring.c_end = a.chunks * (split + 1) / ksplit;
   ring.seq = 0;
@@ -193,10 +191,10 @@ __global__ void __launch_bounds__(kThreads, 3) gemv_kernel(const GemvArgs a, con
 #pragma unroll
       for (int u = 0; u < kStageChunks; ++u) {
         if (c0 + u >= ring.c_end) break;
-        const uint4 lo = *reinterpret_cast<const uint4*>(stage + u * kChunkWeightBytes + lane * 16);
-        const uint4 hi = *reinterpret_cast<const uint4*>(stage + u * kChunkWeightBytes + 512 + lane * 16);
-        const uint32_t sc =
-            *reinterpret_cast<const uint16_t*>(stage + kStageChunks * kChunkWeightBytes + u * kChunkScaleBytes + lane * 2);
+        const uint8_t* record = stage + u * kChunkBytes;
+        const uint4 lo = *reinterpret_cast<const uint4*>(record + lane * 16);
+        const uint4 hi = *reinterpret_cast<const uint4*>(record + 512 + lane * 16);
+        const uint32_t sc = *reinterpret_cast<const uint16_t*>(record + kChunkWeightBytes + lane * 2);
         mma_chunk<kWideScales>(lo, hi, sc, b_base + (c0 + u) * kChunkK * 2, chains);
       }
       __syncwarp();  // every lane has read the stage before it is refilled

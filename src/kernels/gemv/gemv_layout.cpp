@@ -23,21 +23,38 @@ int64_t source_row(int64_t tile, int local_row, bool swiglu_pairs) {
   return 2 * feature + (local_row >= 8 ? 1 : 0);  // gate rows are even, linear rows odd
 }
 
+namespace {
+// The lane and half that hold (local_row, block % 4) of a chunk.
+int lane_of(int local_row, int64_t block) { return (local_row % 8) * 4 + static_cast<int>(block % kChunkBlocks); }
+int64_t record_of(const PackedShape& shape, int64_t tile, int64_t block) {
+  return (tile * shape.chunks + block / kChunkBlocks) * kChunkBytes;
+}
+}  // namespace
+
+int64_t packed_weight_offset(const PackedShape& shape, int64_t tile, int local_row, int64_t block) {
+  return record_of(shape, tile, block) + (local_row / 8) * 512 + lane_of(local_row, block) * 16;
+}
+
+int64_t packed_scale_offset(const PackedShape& shape, int64_t tile, int local_row, int64_t block) {
+  return record_of(shape, tile, block) + kChunkWeightBytes + lane_of(local_row, block) * 2 + local_row / 8;
+}
+
 void pack_expert(const uint8_t* blocks, const uint8_t* scales, const PackedShape& shape, bool swiglu_pairs,
-                 uint8_t* packed_weights, uint8_t* packed_scales) {
-  std::memset(packed_weights, 0, static_cast<size_t>(shape.weight_bytes()));
-  std::memset(packed_scales, 127, static_cast<size_t>(shape.scale_bytes()));
+                 uint8_t* packed) {
+  // Padding blocks: zero weights, scale 127 (1.0).
+  for (int64_t r = 0; r < shape.tiles * shape.chunks; ++r) {
+    std::memset(packed + r * kChunkBytes, 0, kChunkWeightBytes);
+    std::memset(packed + r * kChunkBytes + kChunkWeightBytes, 127, kChunkScaleBytes);
+  }
   for (int64_t tile = 0; tile < shape.tiles; ++tile)
-    for (int64_t chunk = 0; chunk < shape.chunks; ++chunk)
-      for (int half = 0; half < 2; ++half)
-        for (int lane = 0; lane < 32; ++lane) {
-          const int64_t block = chunk * kChunkBlocks + lane % 4;
-          if (block >= shape.kblocks) continue;
-          const int64_t row = source_row(tile, lane / 4 + 8 * half, swiglu_pairs);
-          const int64_t tc = tile * shape.chunks + chunk;
-          std::memcpy(packed_weights + (tc * 2 + half) * 512 + lane * 16, blocks + (row * shape.kblocks + block) * 16, 16);
-          packed_scales[(tc * 32 + lane) * 2 + half] = scales[row * shape.kblocks + block];
-        }
+    for (int local_row = 0; local_row < kTileRows; ++local_row) {
+      const int64_t row = source_row(tile, local_row, swiglu_pairs);
+      for (int64_t block = 0; block < shape.kblocks; ++block) {
+        std::memcpy(packed + packed_weight_offset(shape, tile, local_row, block),
+                    blocks + (row * shape.kblocks + block) * 16, 16);
+        packed[packed_scale_offset(shape, tile, local_row, block)] = scales[row * shape.kblocks + block];
+      }
+    }
 }
 
 bool needs_wide_scales(const uint8_t* scales, int64_t count) {

@@ -1,0 +1,139 @@
+// The GEMV family's host-side pieces: the packed weight layout (every checkpoint byte lands where the
+// kernel's lanes read it) and the in-register e2m1 -> bf16 decode and scale multipliers.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "kernels/common/mx_decode.cuh"
+#include "kernels/gemv/gemv_layout.hpp"
+#include "mxmoe/error.hpp"
+#include "mxmoe/formats.hpp"
+
+namespace mxmoe::gemv {
+namespace {
+
+uint64_t fresh_seed() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) | rd();
+}
+
+float bf16_bits_to_float(uint32_t bits16) {
+  const uint32_t f = bits16 << 16;
+  float out;
+  std::memcpy(&out, &f, 4);
+  return out;
+}
+
+struct LayoutCase {
+  int64_t rows, kblocks;
+  bool swiglu;
+};
+
+class GemvLayout : public ::testing::TestWithParam<LayoutCase> {};
+
+TEST_P(GemvLayout, EveryBlockLandsWhereTheKernelReadsIt) {
+  const LayoutCase c = GetParam();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  std::vector<uint8_t> blocks(static_cast<size_t>(c.rows * c.kblocks * 16)), scales(static_cast<size_t>(c.rows * c.kblocks));
+  for (auto& b : blocks) b = static_cast<uint8_t>(rng());
+  for (auto& s : scales) s = static_cast<uint8_t>(rng() % 255);
+  const PackedShape shape = packed_shape(c.rows, c.kblocks);
+  ASSERT_EQ(shape.chunks, (c.kblocks + 3) / 4);
+  std::vector<uint8_t> packed(static_cast<size_t>(shape.bytes()), 0xAB);
+  pack_expert(blocks.data(), scales.data(), shape, c.swiglu, packed.data());
+
+  // The kernel's read pattern, written independently: record (tile, chunk) of 1088 bytes; lane L,
+  // half h reads 16 bytes at h*512 + L*16 for tile row L/4 + 8h, block 4*chunk + L%4, and the scale
+  // byte at 1024 + L*2 + h.
+  std::vector<bool> covered(packed.size(), false);
+  for (int64_t tile = 0; tile < shape.tiles; ++tile)
+    for (int64_t chunk = 0; chunk < shape.chunks; ++chunk)
+      for (int half = 0; half < 2; ++half)
+        for (int lane = 0; lane < 32; ++lane) {
+          const int64_t record = (tile * shape.chunks + chunk) * 1088;
+          const int local_row = lane / 4 + 8 * half;
+          const int64_t block = chunk * 4 + lane % 4;
+          // Checkpoint row: GEMM1 tiles hold gates (even rows) then linears (odd rows) of 8 features.
+          const int64_t row = c.swiglu ? 2 * (tile * 8 + lane / 4) + half : tile * 16 + local_row;
+          ASSERT_EQ(source_row(tile, local_row, c.swiglu), row);
+          const int64_t w = record + half * 512 + lane * 16, s = record + 1024 + lane * 2 + half;
+          ASSERT_EQ(packed_weight_offset(shape, tile, local_row, block), w);
+          ASSERT_EQ(packed_scale_offset(shape, tile, local_row, block), s);
+          for (int i = 0; i < 16; ++i) covered[static_cast<size_t>(w + i)] = true;
+          covered[static_cast<size_t>(s)] = true;
+          if (block < c.kblocks) {
+            ASSERT_EQ(std::memcmp(&packed[static_cast<size_t>(w)], &blocks[static_cast<size_t>((row * c.kblocks + block) * 16)], 16), 0)
+                << "tile " << tile << " chunk " << chunk << " lane " << lane << " half " << half;
+            ASSERT_EQ(packed[static_cast<size_t>(s)], scales[static_cast<size_t>(row * c.kblocks + block)]);
+          } else {  // padding past K: zero weights, scale 1.0
+            for (int i = 0; i < 16; ++i) ASSERT_EQ(packed[static_cast<size_t>(w + i)], 0);
+            ASSERT_EQ(packed[static_cast<size_t>(s)], 127);
+          }
+        }
+  for (size_t i = 0; i < covered.size(); ++i) ASSERT_TRUE(covered[i]) << "byte " << i << " is not read by any lane";
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, GemvLayout,
+                         ::testing::Values(LayoutCase{16, 4, false}, LayoutCase{32, 3, true}, LayoutCase{48, 5, false},
+                                           LayoutCase{64, 90, true}, LayoutCase{368, 9, false}));
+
+TEST(GemvLayout, RejectsBadShapes) {
+  EXPECT_THROW(packed_shape(24, 4), Error);
+  EXPECT_THROW(packed_shape(0, 4), Error);
+  EXPECT_THROW(packed_shape(16, 0), Error);
+}
+
+TEST(GemvLayout, WideScalesDetection) {
+  const std::vector<uint8_t> normal{0, 1, 120, 127, 128};
+  EXPECT_FALSE(needs_wide_scales(normal.data(), static_cast<int64_t>(normal.size())));
+  for (uint8_t wide : {uint8_t{129}, uint8_t{200}, uint8_t{255}}) {
+    std::vector<uint8_t> v = normal;
+    v.push_back(wide);
+    EXPECT_TRUE(needs_wide_scales(v.data(), static_cast<int64_t>(v.size()))) << int(wide);
+  }
+}
+
+// decode_e2m1x8 yields the e2m1 values times 2^-126 as bf16, in pair order (3,7),(2,6),(1,5),(0,4);
+// times the scale multiplier 2^(s-1) that is the dequantised value (checked here in float).
+TEST(MxDecode, EveryCodeAtEveryPosition) {
+  for (int code = 0; code < 16; ++code)
+    for (int pos = 0; pos < 8; ++pos) {
+      const uint32_t word = 0x00000000u | (static_cast<uint32_t>(code) << (4 * pos));
+      uint32_t out[4];
+      kernels::decode_e2m1x8(word, out);
+      const int order[8] = {3, 7, 2, 6, 1, 5, 0, 4};
+      for (int j = 0; j < 4; ++j)
+        for (int h = 0; h < 2; ++h) {
+          const int element = order[2 * j + h];
+          const float got = bf16_bits_to_float((out[j] >> (16 * h)) & 0xFFFFu) * std::ldexp(1.0f, 126);
+          const float want = element == pos ? e2m1_to_float(static_cast<uint8_t>(code)) : 0.0f;
+          ASSERT_EQ(got, want) << "code " << code << " at " << pos << ", pair " << j << " half " << h;
+          if (element == pos) ASSERT_EQ(std::signbit(got), code >= 8);
+        }
+    }
+}
+
+TEST(MxDecode, ScaleMultipliers) {
+  for (uint32_t s = 0; s <= 128; ++s) {
+    const uint32_t m = kernels::scale_multiplier_fast(s);
+    ASSERT_EQ(m, kernels::scale_multiplier(s)) << s;
+    ASSERT_EQ(m & 0xFFFFu, m >> 16);
+    ASSERT_EQ(bf16_bits_to_float(m & 0xFFFFu), std::ldexp(1.0f, static_cast<int>(s) - 1)) << s;
+  }
+  for (uint32_t s = 129; s < 255; ++s) {  // two factors: 2^127 * 2^(s-128)
+    const float a = bf16_bits_to_float(kernels::scale_multiplier(s) & 0xFFFFu);
+    const float b = bf16_bits_to_float(kernels::scale_multiplier_high(s) & 0xFFFFu);
+    ASSERT_EQ(a, std::ldexp(1.0f, 127)) << s;
+    ASSERT_EQ(b, std::ldexp(1.0f, static_cast<int>(s) - 128)) << s;
+  }
+  EXPECT_TRUE(std::isnan(bf16_bits_to_float(kernels::scale_multiplier(0xFF) & 0xFFFFu)));
+}
+
+}  // namespace
+}  // namespace mxmoe::gemv
