@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU machine without internet: build (dependencies from .deps/, see prepare_gpu_deps.sh), run the
-# GPU tests and the benchmark, and leave logs and JSON records in one folder (default: $OUT or ./out).
+# GPU tests and the benchmark, and leave logs and JSON records in one folder (default: $OUT or ./out):
+# build.log, gpu_tests.log, cpu_tests.log, bench.txt, bench.err, bench_<model>.json.
 #   scripts/gpu_run.sh [OUT_DIR]          env: ARCHS (default 90a), BENCH (default "120b 20b"), TESTS=0/1
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -11,19 +12,19 @@ archs=${ARCHS:-90a}
 start=$(date +%s)
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$archs" \
   -DMXMOE_DEPS_INCLUDE_DIR="$PWD/.deps/include" -DMXMOE_GTEST_SOURCE_DIR="$PWD/.deps/googletest" \
-  >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
-ninja -C build-gpu >"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -40; exit 1; }
+  >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+ninja -C build-gpu >>"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -40; exit 1; }
 echo "build: $(( $(date +%s) - start )) s"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$out/nvidia-smi.txt"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee -a "$out/build.log"
 status=0
 if [ "${TESTS:-1}" = 1 ]; then
-  build-gpu/tests/mxmoe_gpu_tests --gtest_output=json:"$out/gpu_tests.json" >"$out/gpu_tests.log" 2>&1 || status=1
+  build-gpu/tests/mxmoe_gpu_tests >"$out/gpu_tests.log" 2>&1 || status=1
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED|tests ran" "$out/gpu_tests.log" | tail -25
   (cd build-gpu && ctest -L cpu --output-on-failure -j8 >"$out/cpu_tests.log" 2>&1) || status=1
   tail -3 "$out/cpu_tests.log"
 fi
 for model in ${BENCH:-120b 20b}; do
   build-gpu/tools/mxmoe/mxmoe bench --preset "gpt-oss-$model" ${BENCH_ARGS:-} --json "$out/bench_gpt-oss-$model.json" \
-    2>"$out/bench_$model.err" | tee "$out/bench_$model.txt" || { status=1; tail -5 "$out/bench_$model.err"; }
+    2>>"$out/bench.err" | tee -a "$out/bench.txt" || { status=1; tail -5 "$out/bench.err"; }
 done
 exit $status

@@ -18,7 +18,7 @@ struct BoundWorkspace {
 
 struct WorkspaceLayout {
   size_t expert_ids = 0, pair_weights = 0, expert_offsets = 0, active_experts = 0, active_count = 0, row_pair = 0,
-         pair_row = 0, intermediate = 0, expert_rows = 0, total = 0;
+         pair_row = 0, global_counts = 0, intermediate = 0, expert_rows = 0, total = 0;
 
   WorkspaceLayout(const MoeConfig& config, int64_t tokens) {
     const auto pairs = static_cast<size_t>(tokens * config.top_k);
@@ -35,6 +35,7 @@ struct WorkspaceLayout {
     active_count = take(4);
     row_pair = take(pairs * 4);
     pair_row = take(pairs * 4);
+    global_counts = take(257 * 4);
     intermediate = take(pairs * static_cast<size_t>(config.intermediate) * 2);
     expert_rows = take(pairs * static_cast<size_t>(config.hidden) * 4);
   }
@@ -49,6 +50,8 @@ struct WorkspaceLayout {
     w.routing.active_count = reinterpret_cast<int32_t*>(b + active_count);
     w.routing.row_pair = reinterpret_cast<int32_t*>(b + row_pair);
     w.routing.pair_row = reinterpret_cast<int32_t*>(b + pair_row);
+    w.routing.global_counts = reinterpret_cast<int32_t*>(b + global_counts);
+    w.routing.ticket = w.routing.global_counts + 256;
     w.intermediate = reinterpret_cast<uint16_t*>(b + intermediate);
     w.expert_rows = reinterpret_cast<float*>(b + expert_rows);
     return w;

@@ -18,6 +18,8 @@ struct RoutingBuffers {
   int32_t* active_count;    // [1]
   int32_t* row_pair;        // [T*k]   sorted row -> pair
   int32_t* pair_row;        // [T*k]   pair -> sorted row
+  int32_t* global_counts;   // [257]   scratch of the multi-block route: histogram [256], then a ticket
+  int32_t* ticket;          //         = global_counts + 256
 };
 
 // One launch: routing of T tokens from fp32 logits [T, E], histogram, scan and the stable order.

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <iomanip>
@@ -131,6 +132,21 @@ double measure_bf16_tflops(cudaStream_t stream) {
   return 2.0 * n * n * double(n) / (ms * 1e-3) / 1e12;
 }
 
+// The commit a record names: MXMOE_COMMIT from the environment (scripts pass it to machines whose
+// copy of the tree has no git history), else the one read when the build was configured.
+std::string commit_id() {
+  const char* env = std::getenv("MXMOE_COMMIT");
+  return env != nullptr && *env != '\0' ? env : MXMOE_GIT_COMMIT;
+}
+
+// The kernel driver's version line, where the system exposes it.
+std::string driver_string() {
+  std::ifstream f("/proc/driver/nvidia/version");
+  std::string line;
+  std::getline(f, line);
+  return line;
+}
+
 std::string utc_now() {
   const std::time_t t = std::time(nullptr);
   char buf[32];
@@ -205,9 +221,10 @@ int run_bench(const BenchOptions& o) {
   nlohmann::ordered_json record;
   record["device"] = gpu.name;
   record["compute_capability"] = std::to_string(gpu.cc_major) + "." + std::to_string(gpu.cc_minor);
-  record["driver"] = pr.driver_version;
+  record["driver"] = driver_string().empty() ? std::to_string(pr.driver_version) : driver_string();
+  record["cuda_driver_api"] = pr.driver_version;
   record["runtime"] = pr.runtime_version;
-  record["commit"] = MXMOE_GIT_COMMIT;
+  record["commit"] = commit_id();
   record["date"] = utc_now();
   record["model"] = cfg.name;
   record["shape"] = {{"experts", cfg.num_experts}, {"top_k", cfg.top_k}, {"hidden", cfg.hidden},
