@@ -148,15 +148,16 @@ __global__ void __launch_bounds__(kThreads, 3) gemv_kernel(const GemvArgs a, con
     for (int s = 0; s < kStages; ++s) kernels::mbarrier_init(&bars[warp][s], 1);
   kernels::fence_barrier_init();
   __syncwarp();
-  // Programmatic dependent launch: the next kernel may launch now (it waits for our completion
-  // before reading anything); this one may have started before its predecessor finished.
-  cudaTriggerProgrammaticLaunchCompletion();
-  cudaGridDependencySynchronize();
+  // Programmatic dependent launch. Every kernel triggers its dependant only after its own
+  // cudaGridDependencySynchronize, so when GEMM2 starts, GEMM1 is running and the routing that
+  // GEMM1 waited for is complete: GEMM2 may read the routing and request its first weight stages
+  // before waiting for GEMM1's output. GEMM1 itself must wait first (its predecessor is the route).
+  if constexpr (kGemm1) cudaGridDependencySynchronize();
   const int slot = blockIdx.y;
-  if (slot >= *a.active_count) return;
-  const int expert = a.active_experts[slot];
-  const int row0 = a.expert_offsets[expert];
-  const int rows = a.expert_offsets[expert + 1] - row0;
+  const bool active = slot < *a.active_count;
+  const int expert = active ? a.active_experts[slot] : 0;
+  const int row0 = active ? a.expert_offsets[expert] : 0;
+  const int rows = active ? a.expert_offsets[expert + 1] - row0 : 0;
   const int g = lane >> 2, q = lane & 3;
   // Warps [t*ksplit, (t+1)*ksplit) of the block share tile t and split its K chunks.
   const int tiles_per_block = kWarps / ksplit;
@@ -172,13 +173,20 @@ __global__ void __launch_bounds__(kThreads, 3) gemv_kernel(const GemvArgs a, con
   ring.c_end = a.chunks * (split + 1) / ksplit;
   ring.seq = 0;
   const int groups = has_tile ? ring.groups() : 0;
+  // The weights do not depend on the activations: request the first stages of the first batch now.
+  const bool has_batch = static_cast<int>(blockIdx.z) * kBatchRows < rows;
+  if (lane == 0 && has_batch)
+    for (int grp = 0; grp < min(kStages, groups); ++grp) ring.issue(grp);
+  if constexpr (!kGemm1) cudaGridDependencySynchronize();
+  cudaTriggerProgrammaticLaunchCompletion();
+  if (!active) return;
   // Lanes whose batch row is past rows_cap read row 0: their MMA column is never stored.
   const uint8_t* b_base = smem + min(g, rows_cap - 1) * stride + q * 16;
 
   for (int batch = blockIdx.z * kBatchRows; batch < rows; batch += gridDim.z * kBatchRows) {
     const int batch_rows = min(kBatchRows, rows - batch);
-    // The weights do not depend on the activations: request the first stages before staging them.
-    if (lane == 0)
+    // Later batches re-stream the tile: request their first stages before staging the rows.
+    if (lane == 0 && batch != static_cast<int>(blockIdx.z) * kBatchRows)
       for (int grp = 0; grp < min(kStages, groups); ++grp) ring.issue(grp);
     stage_rows<kGemm1>(a, row0 + batch, batch_rows, smem);
     __syncthreads();
