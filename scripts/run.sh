@@ -27,5 +27,10 @@ trap 'rm -rf "$work"' EXIT
 echo "== mxmoe gen-checkpoint --preset tiny --layers 2, then mxmoe run --layer 1"
 "$mxmoe" gen-checkpoint --preset tiny --layers 2 --out "$work/ckpt" --seed 1
 "$mxmoe" run --checkpoint "$work/ckpt" --layer 1 --tokens 4 --seed 2 --output "$work/out.bin"
+if "$mxmoe" probe --json | grep -q '"gpu_available": true'; then
+  echo
+  echo "== mxmoe bench --preset gpt-oss-20b --tokens 1,4,16,64 (graph replay, L2 rotated)"
+  "$mxmoe" bench --preset gpt-oss-20b --tokens 1,4,16,64
+fi
 echo
 echo "run: done"

@@ -7,6 +7,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/setup.sh || exit 1
 
 jobs="${MXMOE_JOBS:-$(nproc)}"
+ctest_log=$(mktemp)
+trap 'rm -f "$ctest_log"' EXIT
+run_ctest() { ctest "$@" 2>&1 | tee -a "$ctest_log"; }
 names=() results=() times=()
 step() {
   local name="$1"
@@ -22,10 +25,10 @@ step() {
 }
 
 if step "build (default: CUDA 90a;120a;121a)" scripts/build.sh default; then
-  step "ctest (default)" ctest --preset default -j "$jobs"
+  step "ctest (default)" run_ctest --preset default -j "$jobs"
 fi
 if step "build (sanitize: ASan+UBSan, CUDA 90a)" scripts/build.sh sanitize; then
-  step "ctest (sanitize, label cpu)" ctest --preset sanitize -L cpu -j "$jobs"
+  step "ctest (sanitize, label cpu)" run_ctest --preset sanitize -L cpu -j "$jobs"
 fi
 
 echo
@@ -35,8 +38,13 @@ for i in "${!names[@]}"; do
   printf '  %-42s %5d s  %s\n' "${names[$i]}" "${times[$i]}" "${results[$i]}"
   [[ "${results[$i]}" == ok ]] || failed=1
 done
+# One closing line over both ctest runs: "tests: N passed, N failed".
+read -r total_run total_failed < <(awk '/tests passed, [0-9]+ tests? failed out of/ {
+  run += $NF; for (i = 1; i <= NF; ++i) if ($i == "failed") failed += $(i - 2) } END { print run + 0, failed + 0 }' "$ctest_log")
 if ((failed)); then
   echo "test: FAILED"
+  echo "tests: $((total_run - total_failed)) passed, $total_failed failed"
   exit 1
 fi
 echo "test: all passed"
+echo "tests: $((total_run - total_failed)) passed, $total_failed failed"
