@@ -96,7 +96,10 @@ class GemvBackend final : public BackendImpl {
     bind(a, w1_, static_cast<int>(2 * config_.intermediate), config_.hidden);
     a.act = hidden;
     a.out = ws.intermediate;
+    a.logits = router_logits;
+    a.experts = config_.num_experts;
     gemv::launch_gemm1(a, tokens, max_active, stream);
+    a.logits = nullptr;
     if (stages < 3) return;
 
     bind(a, w2_, config_.hidden, config_.intermediate);

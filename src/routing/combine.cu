@@ -1,6 +1,7 @@
 // combine: each token's k expert rows summed in slot order in fp32 (bitwise reproducible), bf16 out.
 #include <cuda_bf16.h>
 
+#include "kernels/common/pdl_launch.cuh"
 #include "moe/cuda_check.hpp"
 #include "routing/routing.hpp"
 
@@ -12,9 +13,9 @@ constexpr int kThreads = 256;
 __global__ void __launch_bounds__(kThreads) combine_kernel(const float* __restrict__ rows,
                                                            const int32_t* __restrict__ pair_row, int top_k,
                                                            int hidden, uint16_t* __restrict__ out) {
-  // Programmatic dependent launch: the next kernel may launch now; we wait for GEMM2's results.
-  cudaTriggerProgrammaticLaunchCompletion();
+  // Programmatic dependent launch (docs/gpu-pipeline.md): wait for GEMM2, then let the next kernel launch.
   cudaGridDependencySynchronize();
+  cudaTriggerProgrammaticLaunchCompletion();
   const int64_t t = blockIdx.x;
   const int n = (blockIdx.y * kThreads + threadIdx.x) * 4;
   if (n >= hidden) return;
@@ -42,16 +43,7 @@ void combine_rows(const float* rows, const int32_t* pair_row, int64_t tokens, in
   if (tokens == 0) return;
   MXMOE_REQUIRE(hidden % 4 == 0, "combine: hidden must be a multiple of 4, got ", hidden);
   const dim3 grid(static_cast<unsigned>(tokens), (hidden / 4 + kThreads - 1) / kThreads);
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = dim3(kThreads);
-  config.stream = stream;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attr;
-  config.numAttrs = 1;
-  MXMOE_CUDA_CHECK(cudaLaunchKernelEx(&config, combine_kernel, rows, pair_row, top_k, hidden, out));
+  kernels::launch_with_pdl(combine_kernel, grid, dim3(kThreads), 0, stream, rows, pair_row, top_k, hidden, out);
 }
 
 }  // namespace mxmoe::routing

@@ -5,17 +5,16 @@
 #include <algorithm>
 #include <climits>
 
+#include "kernels/common/pdl_launch.cuh"
 #include "moe/cuda_check.hpp"
 #include "routing/routing.hpp"
+#include "routing/warp_topk.cuh"
 
 namespace mxmoe::routing {
 namespace {
 
 constexpr int kMaxThreads = 512;
 constexpr int kMaxWarps = kMaxThreads / 32;
-constexpr int kMaxExperts = 256;
-constexpr int kMaxPerLane = kMaxExperts / 32;
-constexpr int kMaxTopk = 8;
 // Up to this many tokens one block routes and ranks everything (no histogram in global memory).
 constexpr int64_t kSingleBlockTokens = 8;
 
@@ -26,57 +25,12 @@ struct RouteArgs {
   RoutingBuffers out;
 };
 
-// a beats b: larger value, ties to the lower expert id.
-__device__ __forceinline__ bool beats(float av, int ai, float bv, int bi) {
-  return av > bv || (av == bv && ai < bi);
-}
-
 __device__ void route_token(const RouteArgs& a, int t, int lane, int* counts) {
-  float v[kMaxPerLane];
-  float raw[kMaxPerLane];
   const float* row = a.logits + static_cast<int64_t>(t) * a.experts;
-#pragma unroll
-  for (int j = 0; j < kMaxPerLane; ++j) {
-    const int e = lane + 32 * j;
-    raw[j] = e < a.experts ? row[e] : -INFINITY;
-    // NaN never wins selection (it ranks below -inf); its weight below still turns NaN.
-    v[j] = e < a.experts ? (isnan(raw[j]) ? -INFINITY : raw[j]) : -INFINITY;
-  }
-  unsigned taken = 0;
+  float raw[kMaxPerLane];
   float sel_val[kMaxTopk];
   int sel_id[kMaxTopk];
-#pragma unroll
-  for (int s = 0; s < kMaxTopk; ++s) {
-    if (s >= a.top_k) break;
-    float best_v = -INFINITY;
-    int best_i = INT_MAX;
-#pragma unroll
-    for (int j = 0; j < kMaxPerLane; ++j) {
-      const int e = lane + 32 * j;
-      if (e < a.experts && !(taken >> j & 1u) && beats(v[j], e, best_v, best_i)) {
-        best_v = v[j];
-        best_i = e;
-      }
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, best_v, off);
-      const int oi = __shfl_xor_sync(0xffffffffu, best_i, off);
-      if (beats(ov, oi, best_v, best_i)) {
-        best_v = ov;
-        best_i = oi;
-      }
-    }
-    if ((best_i & 31) == lane) taken |= 1u << (best_i / 32);
-    // Weight from the raw logit so a NaN input shows up as NaN weight, never as a silent number.
-    float raw_v = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < kMaxPerLane; ++j)
-      if (lane + 32 * j == best_i) raw_v = raw[j];
-    sel_val[s] = __shfl_sync(0xffffffffu, raw_v, best_i & 31);
-    sel_id[s] = best_i;
-  }
-
+  warp_topk(row, a.experts, a.top_k, lane, raw, sel_val, sel_id);
   const float top = sel_val[0];
   float denom = 0.f;
   if (a.softmax_first) {
@@ -197,10 +151,10 @@ __global__ void __launch_bounds__(kMaxThreads) route_permute_kernel(RouteArgs a)
   __shared__ int running[kMaxExperts];
   __shared__ int warp_counts[kMaxWarps][kMaxExperts];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  // Programmatic dependent launch: let the next kernel launch now (it waits for our completion
-  // before reading anything), and wait for the predecessor before touching memory ourselves.
-  cudaTriggerProgrammaticLaunchCompletion();
+  // Programmatic dependent launch (docs/gpu-pipeline.md): wait for the predecessor, then let the
+  // next kernel launch; it may read our inputs (the logits) at once, our outputs only after its wait.
   cudaGridDependencySynchronize();
+  cudaTriggerProgrammaticLaunchCompletion();
   for (int e = tid; e < kMaxExperts; e += blockDim.x) counts[e] = 0;
   __syncthreads();
   for (int t = warp; t < a.tokens; t += blockDim.x / 32) route_token(a, t, lane, counts);
@@ -249,16 +203,8 @@ void route_and_permute(const MoeConfig& config, const float* logits, int64_t tok
               config.renormalize,
               buffers};
   if (tokens <= kSingleBlockTokens) {
-    cudaLaunchConfig_t launch{};
-    launch.gridDim = dim3(1);
-    launch.blockDim = dim3(static_cast<unsigned>(std::clamp<int64_t>((tokens * config.top_k + 31) / 32 * 32, 128, kMaxThreads)));
-    launch.stream = stream;
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    launch.attrs = &attr;
-    launch.numAttrs = 1;
-    MXMOE_CUDA_CHECK(cudaLaunchKernelEx(&launch, route_permute_kernel, a));
+    const auto threads = static_cast<unsigned>(std::clamp<int64_t>((tokens * config.top_k + 31) / 32 * 32, 128, kMaxThreads));
+    kernels::launch_with_pdl(route_permute_kernel, dim3(1), dim3(threads), 0, stream, a);
     return;
   }
   MXMOE_CUDA_CHECK(cudaMemsetAsync(buffers.global_counts, 0, (kMaxExperts + 1) * sizeof(int32_t), stream));

@@ -176,4 +176,15 @@ std::string describe_shape(const MoeConfig& config) {
          ", hidden " + std::to_string(config.hidden) + ", intermediate " + std::to_string(config.intermediate) + ")";
 }
 
+MoeConfig custom_config(int experts, int top_k, int hidden, int intermediate) {
+  MoeConfig config;
+  config.name = "custom";
+  config.num_experts = experts;
+  config.top_k = top_k;
+  config.hidden = hidden;
+  config.intermediate = intermediate;
+  config.validate();
+  return config;
+}
+
 }  // namespace mxmoe::cli

@@ -78,5 +78,7 @@ ErrorStats compare_to_reference(std::span<const uint16_t> out, std::span<const d
 size_t count_nan_bf16(std::span<const uint16_t> values);
 
 std::string describe_shape(const MoeConfig& config);
+// An explicit shape (--experts --top-k --hidden --intermediate) as a validated config named "custom".
+MoeConfig custom_config(int experts, int top_k, int hidden, int intermediate);
 
 }  // namespace mxmoe::cli

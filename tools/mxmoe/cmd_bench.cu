@@ -166,15 +166,8 @@ int run_bench(const BenchOptions& o) {
   const ProbeResult pr = probe();
   MXMOE_REQUIRE(pr.no_gpu_reason.empty(), "bench: needs a CUDA GPU (", pr.no_gpu_reason, ")");
   const GpuInfo& gpu = pr.gpus[0];
-  MoeConfig cfg = o.experts ? MoeConfig{} : MoeConfig::preset(o.preset);
-  if (o.experts) {
-    cfg.name = "custom";
-    cfg.num_experts = o.experts;
-    cfg.top_k = o.top_k;
-    cfg.hidden = o.hidden;
-    cfg.intermediate = o.intermediate;
-  }
-  cfg.validate();
+  const MoeConfig cfg =
+      o.experts ? custom_config(o.experts, o.top_k, o.hidden, o.intermediate) : MoeConfig::preset(o.preset);
   RunnerOptions ropt;
   ropt.backend = parse_backend(o.backend);
   ropt.max_tokens = *std::max_element(o.tokens.begin(), o.tokens.end());

@@ -32,14 +32,7 @@ struct CheckOptions {
 
 MoeConfig config_from(const CheckOptions& o) {
   if (o.experts_opt->count() == 0) return MoeConfig::preset(o.preset);
-  MoeConfig config;
-  config.name = "custom";
-  config.num_experts = o.experts;
-  config.top_k = o.top_k;
-  config.hidden = o.hidden;
-  config.intermediate = o.intermediate;
-  config.validate();
-  return config;
+  return custom_config(o.experts, o.top_k, o.hidden, o.intermediate);
 }
 
 // The backends to check: the one asked for (--backend, else MXMOE_BACKEND), else all available here.

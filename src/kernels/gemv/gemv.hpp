@@ -27,6 +27,11 @@ struct GemvArgs {
   float alpha = 1.702f, limit = 7.0f;
   int sm_count = 132;                // multiprocessors of the device (for the split-K choice)
   bool wide_scales = false;          // some scale byte is > 128 or 0xFF: the general multiplier path
+  // GEMM1's local routing (T <= 8): the router logits [T, E] fp32; launch_gemm1 sets the rest.
+  const float* logits = nullptr;
+  int experts = 0;
+  int tokens = 0;
+  bool local_route = false;
 };
 
 // Dynamic shared memory one block needs for K (8 activation rows, permuted and padded).

@@ -15,9 +15,11 @@
 #include "kernels/common/bulk_copy.cuh"
 #include "kernels/common/mma_bf16.cuh"
 #include "kernels/common/mx_decode.cuh"
+#include "kernels/common/pdl_launch.cuh"
 #include "kernels/gemv/gemv.hpp"
 #include "kernels/gemv/gemv_layout.hpp"
 #include "moe/cuda_check.hpp"
+#include "routing/warp_topk.cuh"
 
 namespace mxmoe::gemv {
 namespace {
@@ -31,6 +33,9 @@ using kernels::scale_multiplier_high;
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kBatchRows = 8;     // MMA N
+// GEMM1 routes locally up to this T: measured on an H200, it saves ~1 us at T = 1 and 2, and costs
+// time from T = 4 on (every block repeats the top-k before it can stream).
+constexpr int kLocalRouteTokens = 2;
 constexpr int kStageChunks = 2;   // chunks per pipeline stage (one bulk copy of 2 KiB + 128 B)
 constexpr int kStages = 3;        // stages per warp
 constexpr int kStageBytes = kStageChunks * kChunkBytes;
@@ -48,12 +53,13 @@ __host__ __device__ constexpr int act_bytes(int chunks, int rows_cap) {
 // (word, block). Groups past K are zeroed (they meet zero weights; garbage there could be NaN).
 // Rows past `rows` are left as they are: they feed only MMA columns that are never stored.
 template <bool kGemm1>
-__device__ void stage_rows(const GemvArgs& a, int first_row, int rows, uint8_t* smem) {
+__device__ void stage_rows(const GemvArgs& a, int first_row, int rows, const int* local_tokens, uint8_t* smem) {
   const int groups_per_row = a.chunks * (kChunkK / 8);
   const int stride = act_row_stride(a.chunks);
   for (int r = 0; r < rows; ++r) {
     const int row = first_row + r;
-    const int64_t act_row = kGemm1 ? a.row_pair[row] / a.top_k : row;
+    // GEMM1 reads the token's row: from the local routing, else from the permutation.
+    const int64_t act_row = !kGemm1 ? row : local_tokens ? local_tokens[r] : a.row_pair[row] / a.top_k;
     const uint16_t* src = a.act + act_row * a.k;
     uint8_t* dst_row = smem + r * stride;
     for (int g = threadIdx.x; g < groups_per_row; g += kThreads) {
@@ -138,6 +144,52 @@ struct WeightRing {
   }
 };
 
+// GEMM1's own routing for T <= kLocalRouteTokens: every block selects the experts of the T tokens
+// itself (the same warp_topk as the route kernel, so the same answer), finds its slot's expert, the
+// expert's first row (pairs routed to lower experts) and the tokens of its rows. The block can then
+// request its weights without waiting for the route kernel. info = {expert or -1, row0, rows}.
+__device__ void local_routing(const GemvArgs& a, int slot, int* ids, unsigned* bitmap, int* info, int* row_tokens) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int pairs = a.tokens * a.top_k;
+  if (threadIdx.x < routing::kMaxExperts / 32) bitmap[threadIdx.x] = 0;
+  if (threadIdx.x == 0) info[0] = -1;
+  __syncthreads();
+  if (warp < a.tokens) {
+    float raw[routing::kMaxPerLane], sel_val[routing::kMaxTopk];
+    int sel_id[routing::kMaxTopk];
+    routing::warp_topk(a.logits + static_cast<int64_t>(warp) * a.experts, a.experts, a.top_k, lane, raw, sel_val, sel_id);
+#pragma unroll
+    for (int s = 0; s < routing::kMaxTopk; ++s)
+      if (s < a.top_k && lane == s) {
+        ids[warp * a.top_k + s] = sel_id[s];
+        atomicOr(&bitmap[sel_id[s] / 32], 1u << (sel_id[s] % 32));
+      }
+  }
+  __syncthreads();
+  const int i = threadIdx.x;
+  int rank_same = 0;
+  if (i < pairs) {
+    const int e = ids[i];
+    int below = 0, same = 0;
+    for (int j = 0; j < pairs; ++j) {
+      const int f = ids[j];
+      below += f < e;
+      same += f == e;
+      rank_same += f == e && j < i;
+    }
+    int experts_below = __popc(bitmap[e / 32] & ((1u << (e % 32)) - 1u));
+    for (int w = 0; w < e / 32; ++w) experts_below += __popc(bitmap[w]);
+    if (rank_same == 0 && experts_below == slot) {
+      info[0] = e;
+      info[1] = below;
+      info[2] = same;
+    }
+  }
+  __syncthreads();
+  if (i < pairs && ids[i] == info[0]) row_tokens[rank_same] = i / a.top_k;
+  __syncthreads();
+}
+
 template <bool kGemm1, bool kWideScales>
 __global__ void __launch_bounds__(kThreads, 3) gemv_kernel(const GemvArgs a, const int ksplit, const int rows_cap) {
   extern __shared__ __align__(128) uint8_t smem[];
@@ -148,16 +200,32 @@ __global__ void __launch_bounds__(kThreads, 3) gemv_kernel(const GemvArgs a, con
     for (int s = 0; s < kStages; ++s) kernels::mbarrier_init(&bars[warp][s], 1);
   kernels::fence_barrier_init();
   __syncwarp();
-  // Programmatic dependent launch. Every kernel triggers its dependant only after its own
-  // cudaGridDependencySynchronize, so when GEMM2 starts, GEMM1 is running and the routing that
-  // GEMM1 waited for is complete: GEMM2 may read the routing and request its first weight stages
-  // before waiting for GEMM1's output. GEMM1 itself must wait first (its predecessor is the route).
-  if constexpr (kGemm1) cudaGridDependencySynchronize();
+  // Programmatic dependent launch (docs/gpu-pipeline.md). Every kernel triggers its dependant only
+  // after its own cudaGridDependencySynchronize, so when GEMM2 starts, GEMM1 is running and the
+  // routing that GEMM1 waited for is complete: GEMM2 may read the routing and request its first
+  // weight stages before waiting for GEMM1's output. GEMM1 starts while the route kernel runs: it
+  // routes locally (small T) or waits for the route kernel before reading its results.
+  __shared__ int local_ids[kLocalRouteTokens * routing::kMaxTopk];
+  __shared__ unsigned local_bitmap[routing::kMaxExperts / 32];
+  __shared__ int local_info[3];
+  __shared__ int local_tokens[kBatchRows];
+  const bool local = kGemm1 && a.local_route;
   const int slot = blockIdx.y;
-  const bool active = slot < *a.active_count;
-  const int expert = active ? a.active_experts[slot] : 0;
-  const int row0 = active ? a.expert_offsets[expert] : 0;
-  const int rows = active ? a.expert_offsets[expert + 1] - row0 : 0;
+  bool active;
+  int expert, row0, rows;
+  if (local) {
+    local_routing(a, slot, local_ids, local_bitmap, local_info, local_tokens);
+    active = local_info[0] >= 0;
+    expert = active ? local_info[0] : 0;
+    row0 = local_info[1];
+    rows = active ? local_info[2] : 0;
+  } else {
+    if constexpr (kGemm1) cudaGridDependencySynchronize();
+    active = slot < *a.active_count;
+    expert = active ? a.active_experts[slot] : 0;
+    row0 = active ? a.expert_offsets[expert] : 0;
+    rows = active ? a.expert_offsets[expert + 1] - row0 : 0;
+  }
   const int g = lane >> 2, q = lane & 3;
   // Warps [t*ksplit, (t+1)*ksplit) of the block share tile t and split its K chunks.
   const int tiles_per_block = kWarps / ksplit;
@@ -177,7 +245,7 @@ __global__ void __launch_bounds__(kThreads, 3) gemv_kernel(const GemvArgs a, con
   const bool has_batch = static_cast<int>(blockIdx.z) * kBatchRows < rows;
   if (lane == 0 && has_batch)
     for (int grp = 0; grp < min(kStages, groups); ++grp) ring.issue(grp);
-  if constexpr (!kGemm1) cudaGridDependencySynchronize();
+  if (!kGemm1 || local) cudaGridDependencySynchronize();
   cudaTriggerProgrammaticLaunchCompletion();
   if (!active) return;
   // Lanes whose batch row is past rows_cap read row 0: their MMA column is never stored.
@@ -188,7 +256,7 @@ __global__ void __launch_bounds__(kThreads, 3) gemv_kernel(const GemvArgs a, con
     // Later batches re-stream the tile: request their first stages before staging the rows.
     if (lane == 0 && batch != static_cast<int>(blockIdx.z) * kBatchRows)
       for (int grp = 0; grp < min(kStages, groups); ++grp) ring.issue(grp);
-    stage_rows<kGemm1>(a, row0 + batch, batch_rows, smem);
+    stage_rows<kGemm1>(a, row0 + batch, batch_rows, local ? local_tokens : nullptr, smem);
     __syncthreads();
     float chains[2][4] = {};
     for (int grp = 0; grp < groups; ++grp) {
@@ -296,21 +364,13 @@ void launch(const GemvArgs& a, int64_t tokens, int max_active, cudaStream_t stre
   const int rows_cap = rows_cap_for(tokens);
   const int64_t pairs = tokens * a.top_k;
   const int64_t batches = (pairs + kBatchRows * max_active - 1) / (kBatchRows * max_active);
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3((a.tiles + tiles_per_block - 1) / tiles_per_block, static_cast<unsigned>(max_active),
-                        static_cast<unsigned>(std::clamp<int64_t>(batches, 1, 64)));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = smem_for(a.k, rows_cap);
-  config.stream = stream;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attr;
-  config.numAttrs = 1;
+  const dim3 grid((a.tiles + tiles_per_block - 1) / tiles_per_block, static_cast<unsigned>(max_active),
+                  static_cast<unsigned>(std::clamp<int64_t>(batches, 1, 64)));
+  const size_t smem = smem_for(a.k, rows_cap);
   if (a.wide_scales)
-    MXMOE_CUDA_CHECK(cudaLaunchKernelEx(&config, gemv_kernel<kGemm1, true>, a, ksplit, rows_cap));
+    kernels::launch_with_pdl(gemv_kernel<kGemm1, true>, grid, dim3(kThreads), smem, stream, a, ksplit, rows_cap);
   else
-    MXMOE_CUDA_CHECK(cudaLaunchKernelEx(&config, gemv_kernel<kGemm1, false>, a, ksplit, rows_cap));
+    kernels::launch_with_pdl(gemv_kernel<kGemm1, false>, grid, dim3(kThreads), smem, stream, a, ksplit, rows_cap);
 }
 
 }  // namespace
@@ -333,7 +393,10 @@ void configure(size_t max_dynamic_smem) {
 }
 
 void launch_gemm1(const GemvArgs& args, int64_t tokens, int max_active, cudaStream_t stream) {
-  launch<true>(args, tokens, max_active, stream);
+  GemvArgs a = args;
+  a.tokens = static_cast<int>(tokens);
+  a.local_route = tokens <= kLocalRouteTokens && a.logits != nullptr;
+  launch<true>(a, tokens, max_active, stream);
 }
 void launch_gemm2(const GemvArgs& args, int64_t tokens, int max_active, cudaStream_t stream) {
   launch<false>(args, tokens, max_active, stream);

@@ -1,0 +1,62 @@
+#pragma once
+// Top-k selection of one token's router logits by one warp: larger logit first, ties to the lower
+// expert id; a NaN logit never wins (it ranks below -inf) but its raw value is kept, so a weight
+// computed from it turns NaN. Shared by the route kernel and GEMM1's local routing (the two must
+// agree bit for bit on the selection).
+#include <climits>
+#include <cmath>
+
+namespace mxmoe::routing {
+
+inline constexpr int kMaxExperts = 256;
+inline constexpr int kMaxPerLane = kMaxExperts / 32;
+inline constexpr int kMaxTopk = 8;
+
+// a beats b: larger value, ties to the lower expert id.
+__device__ __forceinline__ bool beats(float av, int ai, float bv, int bi) { return av > bv || (av == bv && ai < bi); }
+
+// row: the token's E logits. On return, on every lane: sel_id[s] and sel_val[s] (raw logit) for
+// s < top_k, and raw[j] = logit of expert lane + 32 j (-inf past E).
+__device__ __forceinline__ void warp_topk(const float* row, int experts, int top_k, int lane, float (&raw)[kMaxPerLane],
+                                          float (&sel_val)[kMaxTopk], int (&sel_id)[kMaxTopk]) {
+  float v[kMaxPerLane];
+#pragma unroll
+  for (int j = 0; j < kMaxPerLane; ++j) {
+    const int e = lane + 32 * j;
+    raw[j] = e < experts ? row[e] : -INFINITY;
+    v[j] = e < experts ? (isnan(raw[j]) ? -INFINITY : raw[j]) : -INFINITY;
+  }
+  unsigned taken = 0;
+#pragma unroll
+  for (int s = 0; s < kMaxTopk; ++s) {
+    if (s >= top_k) break;
+    float best_v = -INFINITY;
+    int best_i = INT_MAX;
+#pragma unroll
+    for (int j = 0; j < kMaxPerLane; ++j) {
+      const int e = lane + 32 * j;
+      if (e < experts && !(taken >> j & 1u) && beats(v[j], e, best_v, best_i)) {
+        best_v = v[j];
+        best_i = e;
+      }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, best_v, off);
+      const int oi = __shfl_xor_sync(0xffffffffu, best_i, off);
+      if (beats(ov, oi, best_v, best_i)) {
+        best_v = ov;
+        best_i = oi;
+      }
+    }
+    if ((best_i & 31) == lane) taken |= 1u << (best_i / 32);
+    float raw_v = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kMaxPerLane; ++j)
+      if (lane + 32 * j == best_i) raw_v = raw[j];
+    sel_val[s] = __shfl_sync(0xffffffffu, raw_v, best_i & 31);
+    sel_id[s] = best_i;
+  }
+}
+
+}  // namespace mxmoe::routing
