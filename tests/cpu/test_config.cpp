@@ -14,6 +14,7 @@
 #include "mxmoe/config.hpp"
 #include "mxmoe/error.hpp"
 #include "mxmoe/weights.hpp"
+#include "test_support.hpp"
 
 namespace {
 
@@ -22,11 +23,8 @@ using mxmoe::MoeLayerData;
 using mxmoe::MoeWeights;
 using mxmoe::RoutingOrder;
 
-uint64_t fresh_seed() {
-  if (const char* env = std::getenv("MXMOE_TEST_SEED")) return std::strtoull(env, nullptr, 0);
-  std::random_device rd;
-  return (static_cast<uint64_t>(rd()) << 32) | rd();
-}
+using mxmoe::test::fresh_seed;
+using mxmoe::test::make_config;
 
 // The message of the Error f throws, or a failure when it throws none.
 std::string error_of(const std::function<void()>& f) {
@@ -43,14 +41,6 @@ void expect_contains(const std::string& text, const std::string& part) {
   EXPECT_NE(text.find(part), std::string::npos) << "'" << part << "' not in: " << text;
 }
 
-MoeConfig make_config(int experts, int top_k, int hidden, int intermediate) {
-  MoeConfig c;
-  c.num_experts = experts;
-  c.top_k = top_k;
-  c.hidden = hidden;
-  c.intermediate = intermediate;
-  return c;
-}
 
 void expect_gpt_oss_defaults(const MoeConfig& c) {
   EXPECT_EQ(c.routing, RoutingOrder::TopkThenSoftmax);

@@ -14,6 +14,7 @@
 
 #include "mxmoe/error.hpp"
 #include "mxmoe/formats.hpp"
+#include "test_support.hpp"
 
 namespace {
 
@@ -22,7 +23,8 @@ using mxmoe::ScaleRule;
 constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-uint32_t fresh_seed() { return std::random_device{}(); }
+using mxmoe::test::expect_error_naming;
+uint32_t fresh_seed() { return static_cast<uint32_t>(mxmoe::test::fresh_seed()); }
 std::string seed_note(uint32_t seed) { return "random seed " + std::to_string(seed); }
 
 uint32_t bits_of(float x) { return std::bit_cast<uint32_t>(x); }
@@ -612,15 +614,6 @@ TEST(MxBlock, Mxfp4NibbleOrder) {
   EXPECT_EQ(back, x);
 }
 
-template <class Fn>
-void expect_error_naming(Fn fn, const std::string& word) {
-  try {
-    fn();
-    ADD_FAILURE() << "no mxmoe::Error thrown (expected one naming '" << word << "')";
-  } catch (const mxmoe::Error& e) {
-    EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << e.what();
-  }
-}
 
 TEST(MxBlock, BadArgumentsThrow) {
   std::vector<float> x(64, 1.0f), x_odd(48, 1.0f);

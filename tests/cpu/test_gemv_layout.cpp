@@ -12,14 +12,12 @@
 #include "kernels/gemv/gemv_layout.hpp"
 #include "mxmoe/error.hpp"
 #include "mxmoe/formats.hpp"
+#include "test_support.hpp"
 
 namespace mxmoe::gemv {
 namespace {
 
-uint64_t fresh_seed() {
-  std::random_device rd;
-  return (static_cast<uint64_t>(rd()) << 32) | rd();
-}
+using mxmoe::test::fresh_seed;
 
 float bf16_bits_to_float(uint32_t bits16) {
   const uint32_t f = bits16 << 16;

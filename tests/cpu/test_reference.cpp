@@ -17,6 +17,7 @@
 #include "mxmoe/formats.hpp"
 #include "mxmoe/reference.hpp"
 #include "mxmoe/weights.hpp"
+#include "test_support.hpp"
 
 namespace {
 
@@ -28,12 +29,9 @@ using mxmoe::RoutingOrder;
 
 constexpr double kAlpha = 1.702f;  // the config stores alpha as float; the reference widens it
 
-// A fresh seed per run (MXMOE_TEST_SEED reproduces one); tests print it through SCOPED_TRACE.
-uint64_t fresh_seed() {
-  if (const char* env = std::getenv("MXMOE_TEST_SEED")) return std::strtoull(env, nullptr, 0);
-  std::random_device rd;
-  return (static_cast<uint64_t>(rd()) << 32) | rd();
-}
+using mxmoe::test::expect_error_naming;
+using mxmoe::test::fresh_seed;
+using mxmoe::test::make_config;
 #define TRACE_SEED(seed) SCOPED_TRACE("seed = " + std::to_string(seed) + " (rerun with MXMOE_TEST_SEED)")
 
 // --- independent decoding (no mxmoe::formats) ------------------------------------------------
@@ -208,14 +206,6 @@ void expect_matches_naive(const MoeConfig& c, const MoeLayerData& d, const std::
                            << want[static_cast<size_t>(worst)];
 }
 
-MoeConfig make_config(int experts, int top_k, int hidden, int intermediate) {
-  MoeConfig c;
-  c.num_experts = experts;
-  c.top_k = top_k;
-  c.hidden = hidden;
-  c.intermediate = intermediate;
-  return c;
-}
 
 // --- hand-computed case ---------------------------------------------------------------------------
 //
@@ -440,15 +430,6 @@ TEST(Reference, NanScalePropagates) {
 
 // --- argument checks --------------------------------------------------------------------------
 
-template <class F>
-void expect_error_naming(F&& f, const std::string& name) {
-  try {
-    f();
-    ADD_FAILURE() << "expected mxmoe::Error naming '" << name << "'";
-  } catch (const mxmoe::Error& e) {
-    EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
-  }
-}
 
 TEST(Reference, BadSizesThrow) {
   const MoeConfig c = MoeConfig::tiny();

@@ -9,6 +9,7 @@
 
 #include "mxmoe/error.hpp"
 #include "mxmoe/scale_layout.hpp"
+#include "test_support.hpp"
 
 namespace {
 
@@ -29,7 +30,8 @@ int64_t reference_offset(int64_t r, int64_t k, int64_t kblocks) {
   return tile * 512 + line * 16 + group * 4 + k % 4;
 }
 
-uint32_t fresh_seed() { return std::random_device{}(); }
+using mxmoe::test::expect_error_naming;
+uint32_t fresh_seed() { return static_cast<uint32_t>(mxmoe::test::fresh_seed()); }
 
 // Random non-zero scale bytes, so that data can never be mistaken for zero padding.
 std::vector<uint8_t> random_plain(std::mt19937& rng, int64_t rows, int64_t kblocks) {
@@ -164,15 +166,6 @@ TEST(ScaleLayout, GroupedSwizzleRoundTrips) {
   }
 }
 
-template <class Fn>
-void expect_error_naming(Fn fn, const std::string& word) {
-  try {
-    fn();
-    ADD_FAILURE() << "no mxmoe::Error thrown (expected one naming '" << word << "')";
-  } catch (const mxmoe::Error& e) {
-    EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << e.what();
-  }
-}
 
 TEST(ScaleLayout, BadArgumentsThrow) {
   std::vector<uint8_t> plain(129 * 3, 1), sw(256 * 4), small(256 * 4 - 1), big(256 * 4 + 1);

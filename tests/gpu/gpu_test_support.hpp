@@ -10,6 +10,7 @@
 
 #include "moe/device_buffer.hpp"
 #include "mxmoe/mxmoe.hpp"
+#include "test_support.hpp"
 
 namespace mxmoe::test {
 
@@ -19,10 +20,6 @@ namespace mxmoe::test {
       GTEST_SKIP() << "no usable GPU: " << ::mxmoe::probe().no_gpu_reason;           \
   } while (0)
 
-inline uint64_t fresh_seed() {
-  std::random_device rd;
-  return (static_cast<uint64_t>(rd()) << 32) | rd();
-}
 
 inline std::vector<uint16_t> random_hidden(int64_t tokens, int hidden, std::mt19937_64& rng) {
   std::normal_distribution<float> dist(0.f, 1.f);
