@@ -3,6 +3,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <span>
 #include <sstream>
 #include <vector>
@@ -65,6 +67,13 @@ class GemvBackend final : public BackendImpl {
     w1_ = upload(weights.w1_blocks, weights.w1_scales, weights.w1_bias, config.num_experts, 2 * i, h, true);
     w2_ = upload(weights.w2_blocks, weights.w2_scales, weights.w2_bias, config.num_experts, h, i, false);
     MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
+    // Tuning knob: force the GEMV split-K (1, 2, 4 or 8) instead of the cost model's choice.
+    if (const char* env = std::getenv("MXMOE_GEMV_KSPLIT"); env != nullptr && *env != '\0') {
+      const std::string value(env);
+      MXMOE_REQUIRE(value == "1" || value == "2" || value == "4" || value == "8",
+                    "MXMOE_GEMV_KSPLIT: expected 1, 2, 4 or 8, got '", value, "'");
+      ksplit_override_ = std::stoi(value);
+    }
     gemv::configure(std::max(gemv::smem_bytes(config.hidden), gemv::smem_bytes(config.intermediate)));
   }
 
@@ -92,6 +101,7 @@ class GemvBackend final : public BackendImpl {
     a.alpha = config_.swiglu_alpha;
     a.limit = config_.swiglu_limit;
     a.sm_count = sm_count_;
+    a.ksplit_override = ksplit_override_;
 
     bind(a, w1_, static_cast<int>(2 * config_.intermediate), config_.hidden);
     a.act = hidden;
@@ -115,6 +125,7 @@ class GemvBackend final : public BackendImpl {
     const int max_active = static_cast<int>(std::min<int64_t>(config_.num_experts, tokens * config_.top_k));
     gemv::GemvArgs a;
     a.sm_count = sm_count_;
+    a.ksplit_override = ksplit_override_;
     std::ostringstream os;
     bind(a, w1_, static_cast<int>(2 * config_.intermediate), config_.hidden);
     os << "gemv 16x8 tiles, gemm1 ksplit " << gemv::ksplit_for(a, max_active);
@@ -139,6 +150,7 @@ class GemvBackend final : public BackendImpl {
   MoeConfig config_;
   PackedMatrix w1_, w2_;
   int sm_count_ = 0;
+  int ksplit_override_ = 0;
 };
 
 }  // namespace

@@ -26,6 +26,7 @@ struct GemvArgs {
   void* out = nullptr;               // GEMM1: bf16 [rows, I]; GEMM2: fp32 [rows, H]
   float alpha = 1.702f, limit = 7.0f;
   int sm_count = 132;                // multiprocessors of the device (for the split-K choice)
+  int ksplit_override = 0;           // 1, 2, 4 or 8 forces the split-K (MXMOE_GEMV_KSPLIT, for tuning)
   bool wide_scales = false;          // some scale byte is > 128 or 0xFF: the general multiplier path
   // GEMM1's local routing (T <= 8): the router logits [T, E] fp32; launch_gemm1 sets the rest.
   const float* logits = nullptr;

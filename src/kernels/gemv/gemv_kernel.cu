@@ -330,8 +330,12 @@ __global__ void __launch_bounds__(kThreads, 3) gemv_kernel(const GemvArgs a, con
 // Split K over more warps when the grid would otherwise leave SMs idle or unevenly loaded: at decode
 // sizes the busiest SM's bytes, not total bandwidth, set the time. Cost of a split = blocks on the
 // busiest SM x (weight bytes per block + a fixed per-block cost for staging and the reduction).
+// Once the blocks at ksplit 1 fill every SM's resident slots (3 blocks each), splitting only adds
+// reduction work: measured on an H200 (docs/perf-log.md), ksplit 1 then wins.
 int choose_ksplit(int tiles, int chunks, int max_active, int sm_count) {
   constexpr int64_t kBlockOverheadBytes = 8192;
+  constexpr int kResidentBlocksPerSm = 3;  // __launch_bounds__(kThreads, 3)
+  if (static_cast<int64_t>((tiles + kWarps - 1) / kWarps) * max_active >= int64_t{kResidentBlocksPerSm} * sm_count) return 1;
   int best = 1;
   int64_t best_cost = INT64_MAX;
   for (int ksplit = 1; ksplit <= kWarps; ksplit *= 2) {
@@ -357,7 +361,7 @@ size_t smem_for(int k, int rows_cap) {
 template <bool kGemm1>
 void launch(const GemvArgs& a, int64_t tokens, int max_active, cudaStream_t stream) {
   if (tokens == 0 || max_active == 0) return;
-  const int ksplit = choose_ksplit(a.tiles, a.chunks, max_active, a.sm_count);
+  const int ksplit = ksplit_for(a, max_active);
   const int tiles_per_block = kWarps / ksplit;
   // An expert has at most `tokens` rows (top-k experts are distinct), so smaller batches need less
   // shared memory for the staged rows, and more blocks fit per SM.
@@ -403,6 +407,7 @@ void launch_gemm2(const GemvArgs& args, int64_t tokens, int max_active, cudaStre
 }
 
 int ksplit_for(const GemvArgs& args, int max_active) {
+  if (args.ksplit_override > 0) return args.ksplit_override;
   return choose_ksplit(args.tiles, args.chunks, max_active, args.sm_count);
 }
 
