@@ -10,7 +10,7 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 archs=${ARCHS:-90a}
 start=$(date +%s)
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$archs" \
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$archs" -DMXMOE_BUILD_TESTS=ON \
   -DMXMOE_DEPS_INCLUDE_DIR="$PWD/.deps/include" -DMXMOE_GTEST_SOURCE_DIR="$PWD/.deps/googletest" \
   >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 ninja -C build-gpu >>"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -40; exit 1; }
