@@ -5,6 +5,11 @@
 
 namespace mxmoe {
 
+// Limits every backend supports (the routing kernels size their registers and shared memory by them).
+inline constexpr int kMaxExperts = 256;
+inline constexpr int kMaxTopk = 8;
+inline constexpr int kMaxDim = 65536;  // hidden and intermediate
+
 enum class RoutingOrder {
   TopkThenSoftmax,  // gpt-oss: softmax over the k selected logits
   SoftmaxThenTopk,  // softmax over all E logits, then top-k (optionally renormalised to sum 1)
@@ -27,7 +32,7 @@ struct MoeConfig {
   static MoeConfig preset(const std::string& name);  // "gpt-oss-20b", "gpt-oss-120b", "tiny"
 
   // Throws mxmoe::Error naming the first invalid field: E in [1, 256], k in [1, min(E, 8)],
-  // H and I positive multiples of 32, limit > 0.
+  // H and I positive multiples of 32 up to 65536, limit > 0.
   void validate() const;
 };
 

@@ -67,6 +67,8 @@ class MoeRunner {
   std::string describe_plan(int64_t tokens) const;
 
  private:
+  const BackendImpl& impl() const;
+
   MoeConfig config_;
   Backend backend_;
   int64_t max_tokens_;

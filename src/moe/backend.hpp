@@ -24,7 +24,6 @@ class BackendImpl {
 
 std::unique_ptr<BackendImpl> make_reference_backend(const MoeConfig& config, const MoeWeights& weights);
 // GPU backends (src/moe/gpu_backend.cpp): uploads the weights in the layout the kernels stream.
-std::unique_ptr<BackendImpl> make_gpu_backend(Backend backend, const MoeConfig& config, const MoeWeights& weights,
-                                              int64_t max_tokens);
+std::unique_ptr<BackendImpl> make_gpu_backend(Backend backend, const MoeConfig& config, const MoeWeights& weights);
 
 }  // namespace mxmoe

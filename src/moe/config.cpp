@@ -12,8 +12,6 @@ namespace mxmoe {
 namespace {
 
 // Limits of what the kernels are built for: scale blocks of 32 along K, at most 8 slots per token.
-constexpr int kMaxExperts = 256;
-constexpr int kMaxTopK = 8;
 constexpr int kDimMultiple = 32;
 
 MoeConfig make_config(const char* name, int experts, int top_k, int hidden, int intermediate) {
@@ -37,8 +35,8 @@ constexpr std::array kPresets{
 };
 
 void require_dim(const char* field, int value) {
-  MXMOE_REQUIRE(value > 0 && value % kDimMultiple == 0, "MoeConfig.", field, " = ", value,
-                ": expected a positive multiple of ", kDimMultiple, " (the MX block size)");
+  MXMOE_REQUIRE(value > 0 && value % kDimMultiple == 0 && value <= kMaxDim, "MoeConfig.", field, " = ", value,
+                ": expected a positive multiple of ", kDimMultiple, " (the MX block size) up to ", kMaxDim);
 }
 
 }  // namespace
@@ -58,9 +56,9 @@ MoeConfig MoeConfig::preset(const std::string& name) {
 void MoeConfig::validate() const {
   MXMOE_REQUIRE(num_experts >= 1 && num_experts <= kMaxExperts, "MoeConfig.num_experts = ", num_experts,
                 ": expected a value in [1, ", kMaxExperts, "]");
-  const int max_k = std::min(num_experts, kMaxTopK);
+  const int max_k = std::min(num_experts, kMaxTopk);
   MXMOE_REQUIRE(top_k >= 1 && top_k <= max_k, "MoeConfig.top_k = ", top_k, ": expected a value in [1, ", max_k,
-                "] (min(num_experts = ", num_experts, ", ", kMaxTopK, "))");
+                "] (min(num_experts = ", num_experts, ", ", kMaxTopk, "))");
   require_dim("hidden", hidden);
   require_dim("intermediate", intermediate);
   MXMOE_REQUIRE(std::isfinite(swiglu_limit) && swiglu_limit > 0.0f, "MoeConfig.swiglu_limit = ", swiglu_limit,

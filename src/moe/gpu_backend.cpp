@@ -58,7 +58,7 @@ class GemvBackend final : public BackendImpl {
     MXMOE_CUDA_CHECK(cudaGetDevice(&device));
     int smem_optin = 0;
     MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    const int k_max = gemv::max_k(static_cast<size_t>(smem_optin));
+    const int k_max = gemv::max_k(static_cast<size_t>(smem_optin), gemv::static_smem_bytes());
     MXMOE_REQUIRE(config.hidden <= k_max, "hidden: ", config.hidden, " is above the GEMV family's limit of ", k_max,
                   " on this device");
     MXMOE_REQUIRE(config.intermediate <= k_max, "intermediate: ", config.intermediate,
@@ -74,13 +74,18 @@ class GemvBackend final : public BackendImpl {
                     "MXMOE_GEMV_KSPLIT: expected 1, 2, 4 or 8, got '", value, "'");
       ksplit_override_ = std::stoi(value);
     }
-    gemv::configure(std::max(gemv::smem_bytes(config.hidden), gemv::smem_bytes(config.intermediate)));
+    gemv::configure(static_cast<size_t>(smem_optin));
+    device_ = device;
   }
 
   size_t workspace_bytes(int64_t max_tokens) const override { return WorkspaceLayout(config_, max_tokens).total; }
 
   void forward(const uint16_t* hidden, const float* router_logits, int64_t tokens, uint16_t* out, void* workspace,
                cudaStream_t stream, int stages) const override {
+    int current = 0;
+    MXMOE_CUDA_CHECK(cudaGetDevice(&current));
+    MXMOE_REQUIRE(current == device_, "forward: the current CUDA device is ", current,
+                  ", but this runner's weights live on device ", device_);
     require_device_pointer(hidden, "hidden", 16);
     require_device_pointer(router_logits, "router_logits", 4);
     require_device_pointer(out, "out", 8);
@@ -141,7 +146,6 @@ class GemvBackend final : public BackendImpl {
     a.bias = m.bias.get<uint16_t>();
     a.n = n;
     a.k = k;
-    a.kblocks = static_cast<int>(m.shape.kblocks);
     a.chunks = static_cast<int>(m.shape.chunks);
     a.tiles = static_cast<int>(m.shape.tiles);
     a.wide_scales = m.wide_scales;
@@ -150,13 +154,13 @@ class GemvBackend final : public BackendImpl {
   MoeConfig config_;
   PackedMatrix w1_, w2_;
   int sm_count_ = 0;
+  int device_ = 0;
   int ksplit_override_ = 0;
 };
 
 }  // namespace
 
-std::unique_ptr<BackendImpl> make_gpu_backend(Backend backend, const MoeConfig& config, const MoeWeights& weights,
-                                              int64_t) {
+std::unique_ptr<BackendImpl> make_gpu_backend(Backend backend, const MoeConfig& config, const MoeWeights& weights) {
   switch (backend) {
     case Backend::Gemv:
       return std::make_unique<GemvBackend>(config, weights);

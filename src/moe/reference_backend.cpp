@@ -1,11 +1,26 @@
 // Backend::Reference: the CPU reference behind the runner interface (host pointers).
+#include <cuda_runtime.h>
+
 #include <span>
 
 #include "moe/backend.hpp"
+#include "mxmoe/error.hpp"
 #include "mxmoe/reference.hpp"
 
 namespace mxmoe {
 namespace {
+
+// The reference reads its inputs on the host: a device pointer (say, after MXMOE_BACKEND=reference
+// was set under a program written for a GPU backend) is an error, not a segfault.
+void require_host_pointer(const void* p, const char* name) {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    cudaGetLastError();  // no driver or an unknown pointer: a plain host pointer
+    return;
+  }
+  MXMOE_REQUIRE(attr.type != cudaMemoryTypeDevice, name,
+                ": the reference backend runs on the CPU and needs a host pointer, got a device pointer");
+}
 
 class ReferenceBackend final : public BackendImpl {
  public:
@@ -23,6 +38,9 @@ class ReferenceBackend final : public BackendImpl {
 
   void forward(const uint16_t* hidden, const float* router_logits, int64_t tokens, uint16_t* out, void*,
                cudaStream_t, int) const override {
+    require_host_pointer(hidden, "hidden");
+    require_host_pointer(router_logits, "router_logits");
+    require_host_pointer(out, "out");
     const auto t = static_cast<size_t>(tokens);
     const auto h = static_cast<size_t>(config_.hidden);
     const auto e = static_cast<size_t>(config_.num_experts);

@@ -14,14 +14,20 @@ MoeRunner::MoeRunner(const MoeConfig& config, const MoeWeights& weights, const R
                 "max_tokens: expected 0..16777216, got ", options.max_tokens);
   backend_ = resolve_backend(options);
   impl_ = backend_ == Backend::Reference ? make_reference_backend(config_, weights)
-                                         : make_gpu_backend(backend_, config_, weights, max_tokens_);
+                                         : make_gpu_backend(backend_, config_, weights);
 }
 
 MoeRunner::~MoeRunner() = default;
 MoeRunner::MoeRunner(MoeRunner&&) noexcept = default;
 MoeRunner& MoeRunner::operator=(MoeRunner&&) noexcept = default;
 
-size_t MoeRunner::workspace_bytes() const { return impl_->workspace_bytes(max_tokens_); }
+// A moved-from runner has no backend: calls on it are errors, never a null dereference.
+const BackendImpl& MoeRunner::impl() const {
+  MXMOE_REQUIRE(impl_ != nullptr, "MoeRunner: this runner was moved from and has no backend");
+  return *impl_;
+}
+
+size_t MoeRunner::workspace_bytes() const { return impl().workspace_bytes(max_tokens_); }
 
 void MoeRunner::forward(const uint16_t* hidden, const float* router_logits, int64_t tokens, uint16_t* out,
                         void* workspace, size_t workspace_size, cudaStream_t stream) const {
@@ -41,9 +47,12 @@ void MoeRunner::forward_stages(const uint16_t* hidden, const float* router_logit
   MXMOE_REQUIRE(hidden != nullptr, "hidden: null pointer");
   MXMOE_REQUIRE(router_logits != nullptr, "router_logits: null pointer");
   MXMOE_REQUIRE(out != nullptr, "out: null pointer");
-  impl_->forward(hidden, router_logits, tokens, out, workspace, stream, stages);
+  impl().forward(hidden, router_logits, tokens, out, workspace, stream, stages);
 }
 
-std::string MoeRunner::describe_plan(int64_t tokens) const { return impl_->describe_plan(tokens); }
+std::string MoeRunner::describe_plan(int64_t tokens) const {
+  MXMOE_REQUIRE(tokens >= 0 && tokens <= max_tokens_, "tokens: expected 0..", max_tokens_, ", got ", tokens);
+  return impl().describe_plan(tokens);
+}
 
 }  // namespace mxmoe

@@ -1,6 +1,7 @@
-// route + permute in one single-block launch: for decode sizes the whole step is a few microseconds,
-// and one block makes the stable order (expert, then token, then slot) deterministic without any
-// global atomics or host round trip.
+// route + permute: top-k and softmax per token, histogram, scan and the stable order (expert, then
+// token, then slot), deterministic and without a host round trip. Up to kSingleBlockTokens tokens
+// one block does everything (no global atomics); above, many blocks route and the last one to
+// finish scans and ranks (docs/gpu-pipeline.md).
 #include <cfloat>
 #include <algorithm>
 #include <climits>
@@ -193,8 +194,7 @@ __global__ void __launch_bounds__(kMaxThreads) route_permute_multiblock_kernel(R
 
 void route_and_permute(const MoeConfig& config, const float* logits, int64_t tokens, const RoutingBuffers& buffers,
                        cudaStream_t stream) {
-  MXMOE_REQUIRE(config.num_experts <= kMaxExperts && config.top_k <= kMaxTopk,
-                "route: E <= 256 and k <= 8 supported, got E=", config.num_experts, " k=", config.top_k);
+  // MoeConfig::validate holds E <= kMaxExperts and k <= kMaxTopk, the sizes this kernel is built for.
   RouteArgs a{logits,
               static_cast<int>(tokens),
               config.num_experts,

@@ -9,7 +9,7 @@
 
 namespace mxmoe::routing {
 
-// Device buffers written by route_and_permute; all sized for the runner's max_tokens.
+// Device buffers written by route_and_permute, sized for the forward's T (workspace.hpp lays them out).
 struct RoutingBuffers {
   int32_t* expert_ids;      // [T*k]   pair p = t*k + s -> expert (slot order: descending logit)
   float* pair_weights;      // [T*k]   routing weight of pair p
@@ -22,7 +22,8 @@ struct RoutingBuffers {
   int32_t* ticket;          //         = global_counts + 256
 };
 
-// One launch: routing of T tokens from fp32 logits [T, E], histogram, scan and the stable order.
+// Routing of T tokens from fp32 logits [T, E], histogram, scan and the stable order: one launch for
+// T <= 8, else a memset of the histogram and one launch.
 void route_and_permute(const MoeConfig& config, const float* logits, int64_t tokens, const RoutingBuffers& buffers,
                        cudaStream_t stream);
 

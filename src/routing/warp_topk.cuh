@@ -1,16 +1,19 @@
 #pragma once
 // Top-k selection of one token's router logits by one warp: larger logit first, ties to the lower
-// expert id; a NaN logit never wins (it ranks below -inf) but its raw value is kept, so a weight
-// computed from it turns NaN. Shared by the route kernel and GEMM1's local routing (the two must
+// expert id; a NaN logit is selected as if it were -inf (so it loses to every finite logit, and a
+// tie with a real -inf goes to the lower id), but its raw value is kept: a softmax over it (the
+// selected k, or all E in softmax-first order) turns NaN. Shared by the route kernel and GEMM1's local routing (the two must
 // agree bit for bit on the selection).
 #include <climits>
 #include <cmath>
 
+#include "mxmoe/config.hpp"
+
 namespace mxmoe::routing {
 
-inline constexpr int kMaxExperts = 256;
+using mxmoe::kMaxExperts;
+using mxmoe::kMaxTopk;
 inline constexpr int kMaxPerLane = kMaxExperts / 32;
-inline constexpr int kMaxTopk = 8;
 
 // a beats b: larger value, ties to the lower expert id.
 __device__ __forceinline__ bool beats(float av, int ai, float bv, int bi) { return av > bv || (av == bv && ai < bi); }

@@ -102,6 +102,8 @@ TEST(Config, ValidateRejects) {
       {"E = 300", [](MoeConfig& c) { c.num_experts = 300; }, {"num_experts", "300", "256"}},
       {"H % 32", [](MoeConfig& c) { c.hidden = 48; }, {"hidden", "48", "32"}},
       {"H < 0", [](MoeConfig& c) { c.hidden = -32; }, {"hidden", "-32"}},
+      {"H too large", [](MoeConfig& c) { c.hidden = 65536 + 32; }, {"hidden", "65568", "65536"}},
+      {"I too large", [](MoeConfig& c) { c.intermediate = 1 << 30; }, {"intermediate", "65536"}},
       {"I = 0", [](MoeConfig& c) { c.intermediate = 0; }, {"intermediate", "0"}},
       {"I % 32", [](MoeConfig& c) { c.intermediate = 2888; }, {"intermediate", "2888"}},
       {"limit = 0", [](MoeConfig& c) { c.swiglu_limit = 0.0f; }, {"swiglu_limit"}},

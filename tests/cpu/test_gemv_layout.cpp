@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/common/mx_decode.cuh"
+#include "kernels/gemv/gemv.hpp"
 #include "kernels/gemv/gemv_layout.hpp"
 #include "mxmoe/error.hpp"
 #include "mxmoe/formats.hpp"
@@ -85,6 +86,20 @@ TEST(GemvLayout, RejectsBadShapes) {
   EXPECT_THROW(packed_shape(24, 4), Error);
   EXPECT_THROW(packed_shape(0, 4), Error);
   EXPECT_THROW(packed_shape(16, 0), Error);
+}
+
+// K limits from shared memory, next to the kernels' static shared memory (ptxas: about 4.5 KB).
+TEST(GemvLimits, MaxKFollowsSharedMemory) {
+  const size_t static_smem = 4480;
+  EXPECT_GE(max_k(232448, static_smem), 2880) << "gpt-oss must fit on Hopper (227 KB per block)";
+  // SM120/SM121 allow 99 KB per block: with three ring stages gpt-oss's K = 2880 does not fit, and the
+  // runner must refuse it with an Error rather than fail a launch (docs/gpu-pipeline.md).
+  EXPECT_LT(max_k(101376, static_smem), 2880);
+  EXPECT_EQ(max_k(101376, static_smem) % 128, 0);
+  EXPECT_LT(max_k(101376, static_smem + 4096), max_k(101376, static_smem) + 1);
+  EXPECT_EQ(max_k(1000, static_smem), 0);
+  EXPECT_GE(smem_bytes(max_k(232448, static_smem)) + static_smem, 0u);
+  EXPECT_LE(smem_bytes(max_k(232448, static_smem)) + static_smem, 232448u);
 }
 
 TEST(GemvLayout, WideScalesDetection) {

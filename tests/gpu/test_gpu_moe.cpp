@@ -70,6 +70,8 @@ INSTANTIATE_TEST_SUITE_P(
                       LayerCase{"t1_e32_2880", 32, 4, 2880, 2880, 1, false, true},
                       LayerCase{"t3_e128_2880", 128, 4, 2880, 2880, 3, false, true},
                       LayerCase{"t1_e128_2880", 128, 4, 2880, 2880, 1, false, true},
+                      LayerCase{"t2_e32_2880", 32, 4, 2880, 2880, 2, false, true},
+                      LayerCase{"t2_one_expert", 8, 2, 256, 192, 2, true, true},
                       LayerCase{"t16_e32_2880_nobias", 32, 4, 2880, 2880, 16, false, false},
                       LayerCase{"t3_small", 8, 2, 64, 64, 3, false, true},
                       LayerCase{"t1000_small", 32, 4, 256, 192, 1000, false, true},
@@ -118,6 +120,56 @@ TEST(GpuLayerDeterminism, EagerTwiceAndGraphReplayAgree) {
   EXPECT_EQ(first, replayed) << "graph replay differs from eager";
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+// Forwards of different T and routings back to back on one stream and one workspace, with no
+// synchronisation between them: programmatic dependent launch and the per-T workspace layout must not
+// let one forward see another's routing or intermediate.
+TEST(GpuLayerSequence, BackToBackForwardsOnOneWorkspace) {
+  MXMOE_SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const MoeConfig cfg = mxmoe::test::make_config(32, 4, 512, 384);
+  const MoeLayerData layer = MoeLayerData::random(cfg, seed);
+  RunnerOptions options;
+  options.backend = Backend::Gemv;
+  options.max_tokens = 64;
+  options.use_env = false;
+  const MoeRunner runner(cfg, layer.view(), options);
+  DeviceBuffer ws(runner.workspace_bytes());
+  cudaStream_t stream;
+  MXMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const int64_t sequence[] = {2, 37, 1, 5, 64, 2, 9};
+  struct Step {
+    int64_t tokens;
+    std::vector<uint16_t> hidden;
+    std::vector<float> logits;
+    DeviceBuffer d_hidden, d_logits, d_out;
+  };
+  std::vector<Step> steps;
+  for (const int64_t t : sequence) {
+    Step s{t, random_hidden(t, cfg.hidden, rng), random_logits(t, cfg.num_experts, rng), {}, {}, {}};
+    s.d_hidden = to_device(s.hidden);
+    s.d_logits = to_device(s.logits);
+    s.d_out = DeviceBuffer(static_cast<size_t>(t * cfg.hidden) * 2);
+    MXMOE_CUDA_CHECK(cudaMemset(s.d_out.get(), 0xFF, s.d_out.bytes()));
+    steps.push_back(std::move(s));
+  }
+  for (const Step& s : steps)
+    runner.forward(s.d_hidden.get<uint16_t>(), s.d_logits.get<float>(), s.tokens, s.d_out.get<uint16_t>(), ws.get(),
+                   ws.bytes(), stream);
+  MXMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  for (const Step& s : steps) {
+    SCOPED_TRACE("T = " + std::to_string(s.tokens));
+    const auto out = to_host<uint16_t>(s.d_out, static_cast<size_t>(s.tokens * cfg.hidden));
+    std::vector<double> ref(out.size());
+    reference_moe_f64(cfg, layer.view(), s.hidden, s.logits, s.tokens, ref);
+    const ErrorStats e = compare(out, ref);
+    EXPECT_EQ(e.nan_count, 0);
+    EXPECT_LE(e.rel, 1e-2) << "worst element " << e.worst;
+  }
   cudaStreamDestroy(stream);
 }
 

@@ -15,7 +15,7 @@ struct GemvArgs {
   const uint16_t* bias = nullptr;    // [E, N] bf16 in checkpoint row order, or null
   int n = 0;                         // output rows per expert in the checkpoint (2I or H)
   int k = 0;                         // K (H or I), multiple of 32
-  int kblocks = 0, chunks = 0, tiles = 0;
+  int chunks = 0, tiles = 0;
   const uint16_t* act = nullptr;     // GEMM1: hidden [T, H]; GEMM2: intermediate [rows, I]
   const int32_t* row_pair = nullptr;
   int top_k = 1;
@@ -28,7 +28,8 @@ struct GemvArgs {
   int sm_count = 132;                // multiprocessors of the device (for the split-K choice)
   int ksplit_override = 0;           // 1, 2, 4 or 8 forces the split-K (MXMOE_GEMV_KSPLIT, for tuning)
   bool wide_scales = false;          // some scale byte is > 128 or 0xFF: the general multiplier path
-  // GEMM1's local routing (T <= 8): the router logits [T, E] fp32; launch_gemm1 sets the rest.
+  // GEMM1's local routing (small T, see gemv_kernel.cu): the router logits [T, E] fp32;
+  // launch_gemm1 sets the rest.
   const float* logits = nullptr;
   int experts = 0;
   int tokens = 0;
@@ -37,10 +38,13 @@ struct GemvArgs {
 
 // Dynamic shared memory one block needs for K (8 activation rows, permuted and padded).
 size_t smem_bytes(int k);
-// Largest K the family supports on this device (shared memory bound).
-int max_k(size_t smem_per_block_optin);
-// Must be called once per device before launches with smem_bytes(k) > 48 KiB.
-void configure(size_t max_dynamic_smem);
+// Largest K the family supports with this much shared memory per block (the device's opt-in limit)
+// next to the kernels' static shared memory.
+int max_k(size_t smem_per_block_optin, size_t static_smem);
+// The largest static shared memory of the kernel variants (needs a CUDA context).
+size_t static_smem_bytes();
+// Lets every kernel variant use the device's whole opt-in shared memory (idempotent, per device).
+void configure(size_t smem_per_block_optin);
 
 // Launches use programmatic dependent launch: each kernel waits for its predecessor in-kernel, so
 // its launch overlaps the predecessor's tail.

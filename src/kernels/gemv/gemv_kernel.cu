@@ -64,7 +64,10 @@ __device__ void stage_rows(const GemvArgs& a, int first_row, int rows, const int
     uint8_t* dst_row = smem + r * stride;
     for (int g = threadIdx.x; g < groups_per_row; g += kThreads) {
       const int k0 = g * 8;
-      const uint4 x = k0 < a.k ? __ldg(reinterpret_cast<const uint4*>(src + k0)) : make_uint4(0, 0, 0, 0);
+      // GEMM2's input is written by GEMM1 while this kernel may already be resident (programmatic
+      // dependent launch): read it past the non-coherent path (ld.global.cg), not with __ldg.
+      const uint4* p = reinterpret_cast<const uint4*>(src + k0);
+      const uint4 x = k0 >= a.k ? make_uint4(0, 0, 0, 0) : kGemm1 ? __ldg(p) : __ldcg(p);
       uint4 y;
       y.x = __byte_perm(x.y, x.w, 0x7632);  // (e3, e7)
       y.y = __byte_perm(x.y, x.w, 0x5410);  // (e2, e6)
@@ -256,7 +259,7 @@ __global__ void __launch_bounds__(kThreads, 3) gemv_kernel(const GemvArgs a, con
     // Later batches re-stream the tile: request their first stages before staging the rows.
     if (lane == 0 && batch != static_cast<int>(blockIdx.z) * kBatchRows)
       for (int grp = 0; grp < min(kStages, groups); ++grp) ring.issue(grp);
-    stage_rows<kGemm1>(a, row0 + batch, batch_rows, local ? local_tokens : nullptr, smem);
+    stage_rows<kGemm1>(a, row0 + batch, batch_rows, local ? local_tokens + batch : nullptr, smem);
     __syncthreads();
     float chains[2][4] = {};
     for (int grp = 0; grp < groups; ++grp) {
@@ -381,19 +384,42 @@ void launch(const GemvArgs& a, int64_t tokens, int max_active, cudaStream_t stre
 
 size_t smem_bytes(int k) { return smem_for(k, kBatchRows); }
 
-int max_k(size_t smem_per_block_optin) {
-  const int64_t room = static_cast<int64_t>(smem_per_block_optin) - kWarps * kWarpRingBytes - 128;
+int max_k(size_t smem_per_block_optin, size_t static_smem) {
+  const int64_t room = static_cast<int64_t>(smem_per_block_optin) - static_cast<int64_t>(static_smem) -
+                       kWarps * kWarpRingBytes - 128;
   const int64_t chunks = (room / kBatchRows - 64) / (kChunkK * 2);
   return static_cast<int>(std::max<int64_t>(chunks, 0) * kChunkK);
 }
 
-void configure(size_t max_dynamic_smem) {
-  const int bytes = static_cast<int>(max_dynamic_smem);
-  const auto attr = cudaFuncAttributeMaxDynamicSharedMemorySize;
-  MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<true, false>, attr, bytes));
-  MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<true, true>, attr, bytes));
-  MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<false, false>, attr, bytes));
-  MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<false, true>, attr, bytes));
+namespace {
+template <class F>
+void for_each_variant(F&& f) {
+  f(gemv_kernel<true, false>);
+  f(gemv_kernel<true, true>);
+  f(gemv_kernel<false, false>);
+  f(gemv_kernel<false, true>);
+}
+}  // namespace
+
+size_t static_smem_bytes() {
+  size_t most = 0;
+  for_each_variant([&](auto kernel) {
+    cudaFuncAttributes attr{};
+    MXMOE_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+    most = std::max(most, attr.sharedSizeBytes);
+  });
+  return most;
+}
+
+// Every variant may use all the dynamic shared memory the device allows next to its static part: one
+// process-wide setting that no runner of another shape can undercut.
+void configure(size_t smem_per_block_optin) {
+  for_each_variant([&](auto kernel) {
+    cudaFuncAttributes attr{};
+    MXMOE_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+    MXMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem_per_block_optin - attr.sharedSizeBytes)));
+  });
 }
 
 void launch_gemm1(const GemvArgs& args, int64_t tokens, int max_active, cudaStream_t stream) {

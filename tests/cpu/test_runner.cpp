@@ -1,0 +1,101 @@
+// MoeRunner on the CPU: the reference backend through the runner matches reference_moe, and every
+// misuse is an mxmoe::Error naming the argument.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "mxmoe/device.hpp"
+#include "mxmoe/formats.hpp"
+#include "mxmoe/reference.hpp"
+#include "mxmoe/runner.hpp"
+#include "test_support.hpp"
+
+namespace mxmoe::test {
+namespace {
+
+RunnerOptions reference_options(int64_t max_tokens) {
+  RunnerOptions o;
+  o.backend = Backend::Reference;
+  o.max_tokens = max_tokens;
+  o.use_env = false;
+  return o;
+}
+
+TEST(Runner, ReferenceBackendMatchesReferenceMoe) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const MoeConfig cfg = make_config(5, 3, 96, 160);
+  const MoeLayerData layer = MoeLayerData::random(cfg, seed);
+  const int64_t tokens = 7;
+  std::normal_distribution<float> dist;
+  std::vector<uint16_t> hidden(static_cast<size_t>(tokens * cfg.hidden));
+  for (auto& h : hidden) h = float_to_bf16(dist(rng));
+  std::vector<float> logits(static_cast<size_t>(tokens * cfg.num_experts));
+  for (auto& l : logits) l = dist(rng);
+  const MoeRunner runner(cfg, layer.view(), reference_options(8));
+  EXPECT_EQ(runner.backend(), Backend::Reference);
+  EXPECT_FALSE(runner.on_gpu());
+  EXPECT_EQ(runner.workspace_bytes(), 0u);
+  std::vector<uint16_t> out(hidden.size(), 0xFFFF), want(hidden.size());
+  runner.forward(hidden.data(), logits.data(), tokens, out.data(), nullptr, 0);
+  reference_moe(cfg, layer.view(), hidden, logits, tokens, want);
+  EXPECT_EQ(out, want);
+}
+
+TEST(Runner, RejectsMisuse) {
+  const MoeConfig cfg = MoeConfig::tiny();
+  const MoeLayerData layer = MoeLayerData::random(cfg, 3);
+  const MoeRunner runner(cfg, layer.view(), reference_options(4));
+  std::vector<uint16_t> hidden(5 * 64, 0x3F80), out(5 * 64);
+  std::vector<float> logits(5 * 8, 0.5f);
+  expect_error_naming([&] { runner.forward(hidden.data(), logits.data(), 5, out.data(), nullptr, 0); }, "max_tokens");
+  expect_error_naming([&] { runner.forward(hidden.data(), logits.data(), -1, out.data(), nullptr, 0); }, "tokens");
+  expect_error_naming([&] { runner.forward(nullptr, logits.data(), 2, out.data(), nullptr, 0); }, "hidden");
+  expect_error_naming([&] { runner.forward(hidden.data(), nullptr, 2, out.data(), nullptr, 0); }, "router_logits");
+  expect_error_naming([&] { runner.forward(hidden.data(), logits.data(), 2, nullptr, nullptr, 0); }, "out");
+  expect_error_naming([&] { runner.forward_stages(hidden.data(), logits.data(), 2, out.data(), nullptr, 0, nullptr, 0); },
+                      "stages");
+  expect_error_naming([&] { (void)runner.describe_plan(5); }, "tokens");
+  RunnerOptions bad = reference_options(-1);
+  expect_error_naming([&] { MoeRunner r(cfg, layer.view(), bad); }, "max_tokens");
+  MoeWeights short_weights = layer.view();
+  short_weights.w2_scales = short_weights.w2_scales.first(short_weights.w2_scales.size() - 1);
+  expect_error_naming([&] { MoeRunner r(cfg, short_weights, reference_options(4)); }, "w2_scales");
+}
+
+TEST(Runner, MovedFromRunnerIsAnErrorNotACrash) {
+  const MoeConfig cfg = MoeConfig::tiny();
+  const MoeLayerData layer = MoeLayerData::random(cfg, 4);
+  MoeRunner first(cfg, layer.view(), reference_options(2));
+  MoeRunner second = std::move(first);
+  EXPECT_EQ(second.workspace_bytes(), 0u);
+  std::vector<uint16_t> hidden(64, 0x3F80), out(64);
+  std::vector<float> logits(8, 0.5f);
+  expect_error_naming([&] { (void)first.workspace_bytes(); }, "moved from");  // NOLINT(bugprone-use-after-move)
+  expect_error_naming([&] { first.forward(hidden.data(), logits.data(), 1, out.data(), nullptr, 0); }, "moved from");
+}
+
+TEST(Runner, BackendNamesAndEnvironment) {
+  EXPECT_EQ(parse_backend("GeMv"), Backend::Gemv);
+  EXPECT_EQ(parse_backend("reference"), Backend::Reference);
+  expect_error_naming([] { parse_backend("fast"); }, "valid backends are: auto, reference, gemv");
+  RunnerOptions o;
+  o.backend = Backend::Auto;
+  o.use_env = true;
+  ASSERT_EQ(setenv("MXMOE_BACKEND", "nope", 1), 0);
+  expect_error_naming([&] { resolve_backend(o); }, "MXMOE_BACKEND");
+  ASSERT_EQ(setenv("MXMOE_BACKEND", "REFERENCE", 1), 0);
+  EXPECT_EQ(resolve_backend(o), Backend::Reference);
+  unsetenv("MXMOE_BACKEND");
+  EXPECT_EQ(resolve_backend(o), gpu_available() ? Backend::Gemv : Backend::Reference);
+  if (!gpu_available()) {
+    o.backend = Backend::Gemv;
+    expect_error_naming([&] { resolve_backend(o); }, "needs a CUDA GPU");
+  }
+}
+
+}  // namespace
+}  // namespace mxmoe::test
