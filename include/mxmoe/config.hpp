@@ -2,6 +2,7 @@
 // The shape and semantics of one MoE layer (FACTS.md §1).
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace mxmoe {
 
@@ -30,6 +31,7 @@ struct MoeConfig {
   static MoeConfig gpt_oss_120b();  // E=128, k=4, H=I=2880
   static MoeConfig tiny();          // E=8, k=2, H=I=64: CPU-sized
   static MoeConfig preset(const std::string& name);  // "gpt-oss-20b", "gpt-oss-120b", "tiny"
+  static std::vector<std::string> preset_names();
 
   // Throws mxmoe::Error naming the first invalid field: E in [1, 256], k in [1, min(E, 8)],
   // H and I positive multiples of 32 up to 65536, limit > 0.

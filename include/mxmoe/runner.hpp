@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -74,6 +75,10 @@ class MoeRunner {
   int64_t max_tokens_;
   std::unique_ptr<BackendImpl> impl_;
 };
+
+// MXMOE_BACKEND, parsed (case-insensitive); nullopt when unset or empty. An unknown name throws an
+// Error naming MXMOE_BACKEND and listing the valid backends.
+std::optional<Backend> backend_from_env();
 
 // Resolves Auto (and MXMOE_BACKEND when use_env) to a concrete backend for this machine.
 Backend resolve_backend(const RunnerOptions& options);

@@ -57,17 +57,20 @@ Backend parse_backend(std::string_view name) {
 
 bool backend_on_gpu(Backend backend) { return backend != Backend::Reference && backend != Backend::Auto; }
 
+std::optional<Backend> backend_from_env() {
+  const char* env = std::getenv("MXMOE_BACKEND");
+  if (env == nullptr || *env == '\0') return std::nullopt;
+  try {
+    return parse_backend(env);
+  } catch (const Error& e) {
+    detail::throw_error("MXMOE_BACKEND: ", e.what());
+  }
+}
+
 Backend resolve_backend(const RunnerOptions& options) {
   Backend backend = options.backend;
-  if (options.use_env) {
-    if (const char* env = std::getenv("MXMOE_BACKEND"); env != nullptr && *env != '\0') {
-      try {
-        backend = parse_backend(env);
-      } catch (const Error& e) {
-        detail::throw_error("MXMOE_BACKEND: ", e.what());
-      }
-    }
-  }
+  if (options.use_env)
+    if (const std::optional<Backend> from_env = backend_from_env()) backend = *from_env;
   if (backend == Backend::Auto) return gpu_available() ? Backend::Gemv : Backend::Reference;
   MXMOE_REQUIRE(!backend_on_gpu(backend) || gpu_available(), "backend: '", to_string(backend),
                 "' needs a CUDA GPU, and none is usable here (", probe().no_gpu_reason,

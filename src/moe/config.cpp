@@ -45,6 +45,12 @@ MoeConfig MoeConfig::gpt_oss_20b() { return make_config("gpt-oss-20b", 32, 4, 28
 MoeConfig MoeConfig::gpt_oss_120b() { return make_config("gpt-oss-120b", 128, 4, 2880, 2880); }
 MoeConfig MoeConfig::tiny() { return make_config("tiny", 8, 2, 64, 64); }
 
+std::vector<std::string> MoeConfig::preset_names() {
+  std::vector<std::string> names;
+  for (const auto& preset : kPresets) names.emplace_back(preset.name);
+  return names;
+}
+
 MoeConfig MoeConfig::preset(const std::string& name) {
   for (const auto& preset : kPresets)
     if (name == preset.name) return preset.make();

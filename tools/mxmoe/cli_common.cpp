@@ -23,7 +23,6 @@ std::string joined(const std::vector<std::string>& names) {
   return out;
 }
 
-std::vector<std::string> preset_names() { return {"tiny", "gpt-oss-20b", "gpt-oss-120b"}; }
 
 std::string validate_backend_name(std::string& value) {
   try {
@@ -41,16 +40,6 @@ std::string validate_preset_name(std::string& value) {
     return e.what();
   }
   return {};
-}
-
-std::optional<Backend> backend_from_env() {
-  const char* env = std::getenv("MXMOE_BACKEND");
-  if (env == nullptr || *env == '\0') return std::nullopt;
-  try {
-    return parse_backend(env);
-  } catch (const Error& e) {
-    detail::throw_error("MXMOE_BACKEND: ", e.what());
-  }
 }
 
 uint64_t seed_or_random(const std::optional<uint64_t>& seed) {

@@ -34,13 +34,12 @@ void add_bench_command(CLI::App& app, int& exit_code);  // cmd_bench.cu
 // --- command-line helpers ----------------------------------------------------------------------
 // The valid names joined for help texts: "auto, reference, gemv".
 std::string joined(const std::vector<std::string>& names);
-std::vector<std::string> preset_names();
 // Checks a --backend value with mxmoe::parse_backend, so the usage error lists the valid names.
 std::string validate_backend_name(std::string& value);
 // Checks a --preset value with MoeConfig::preset.
 std::string validate_preset_name(std::string& value);
-// MXMOE_BACKEND, parsed; nullopt when unset or empty. Throws an Error naming MXMOE_BACKEND.
-std::optional<Backend> backend_from_env();
+// MXMOE_BACKEND: mxmoe::backend_from_env (runner.hpp).
+using mxmoe::backend_from_env;
 
 // The seed given on the command line, or a fresh random one (printed by the caller, so a run can be
 // repeated).

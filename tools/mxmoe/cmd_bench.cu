@@ -310,7 +310,7 @@ int run_bench(const BenchOptions& o) {
 void add_bench_command(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<BenchOptions>();
   CLI::App* cmd = app.add_subcommand("bench", "Time the MoE layer on the GPU per batch size (graph replay, L2 rotated)");
-  cmd->add_option("--preset", o->preset, "Model preset: tiny, gpt-oss-20b, gpt-oss-120b")->capture_default_str();
+  cmd->add_option("--preset", o->preset, "Model preset: " + joined(MoeConfig::preset_names()))->capture_default_str();
   cmd->add_option("--experts", o->experts, "Explicit shape: experts E (with --top-k --hidden --intermediate)");
   cmd->add_option("--top-k", o->top_k, "Explicit shape: top-k");
   cmd->add_option("--hidden", o->hidden, "Explicit shape: hidden H");

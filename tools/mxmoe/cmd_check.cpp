@@ -117,7 +117,7 @@ void add_check_command(CLI::App& app, int& exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "check", "Run each available backend on random weights and inputs and compare with the fp64 CPU reference");
   auto o = std::make_shared<CheckOptions>();
-  CLI::Option* preset = cmd->add_option("--preset", o->preset, "Model shape: " + joined(preset_names()))
+  CLI::Option* preset = cmd->add_option("--preset", o->preset, "Model shape: " + joined(MoeConfig::preset_names()))
                             ->capture_default_str()
                             ->check(CLI::Validator(validate_preset_name, "PRESET", "preset"));
   o->experts_opt = cmd->add_option("--experts", o->experts, "Explicit shape: number of experts E");

@@ -50,7 +50,7 @@ void add_gen_checkpoint_command(CLI::App& app, int& exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "gen-checkpoint", "Write a gpt-oss-format MXFP4 checkpoint (config.json + model.safetensors) of random layers");
   auto o = std::make_shared<GenOptions>();
-  cmd->add_option("--preset", o->preset, "Model shape: " + joined(preset_names()))
+  cmd->add_option("--preset", o->preset, "Model shape: " + joined(MoeConfig::preset_names()))
       ->required()
       ->check(CLI::Validator(validate_preset_name, "PRESET", "preset"));
   cmd->add_option("--layers", o->layers, "Number of layers")->required()->check(CLI::Range(1, 1024));
