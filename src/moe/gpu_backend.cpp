@@ -25,6 +25,7 @@ struct PackedMatrix {
   gemv::PackedShape shape;
   DeviceBuffer packed, bias;
   bool wide_scales = false;
+  int stages = 3;  // weight ring stages (gemv::stages_for)
 };
 
 PackedMatrix upload(std::span<const uint8_t> blocks, std::span<const uint8_t> scales, std::span<const uint16_t> bias,
@@ -58,7 +59,8 @@ class GemvBackend final : public BackendImpl {
     MXMOE_CUDA_CHECK(cudaGetDevice(&device));
     int smem_optin = 0;
     MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    const int k_max = gemv::max_k(static_cast<size_t>(smem_optin), gemv::static_smem_bytes());
+    const size_t static_smem = gemv::static_smem_bytes();
+    const int k_max = gemv::max_k(static_cast<size_t>(smem_optin), static_smem);
     MXMOE_REQUIRE(config.hidden <= k_max, "hidden: ", config.hidden, " is above the GEMV family's limit of ", k_max,
                   " on this device");
     MXMOE_REQUIRE(config.intermediate <= k_max, "intermediate: ", config.intermediate,
@@ -66,6 +68,14 @@ class GemvBackend final : public BackendImpl {
     const int64_t h = config.hidden, i = config.intermediate;
     w1_ = upload(weights.w1_blocks, weights.w1_scales, weights.w1_bias, config.num_experts, 2 * i, h, true);
     w2_ = upload(weights.w2_blocks, weights.w2_scales, weights.w2_bias, config.num_experts, h, i, false);
+    w1_.stages = gemv::stages_for(config.hidden, static_cast<size_t>(smem_optin), static_smem);
+    w2_.stages = gemv::stages_for(config.intermediate, static_cast<size_t>(smem_optin), static_smem);
+    // Tuning and testing knob: force the ring depth (2 is what SM120/SM121 get for gpt-oss).
+    if (const char* env = std::getenv("MXMOE_GEMV_STAGES"); env != nullptr && *env != '\0') {
+      const std::string value(env);
+      MXMOE_REQUIRE(value == "2" || value == "3", "MXMOE_GEMV_STAGES: expected 2 or 3, got '", value, "'");
+      w1_.stages = w2_.stages = std::stoi(value);
+    }
     MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
     // Tuning knob: force the GEMV split-K (1, 2, 4 or 8) instead of the cost model's choice.
     if (const char* env = std::getenv("MXMOE_GEMV_KSPLIT"); env != nullptr && *env != '\0') {
@@ -136,6 +146,7 @@ class GemvBackend final : public BackendImpl {
     os << "gemv 16x8 tiles, gemm1 ksplit " << gemv::ksplit_for(a, max_active);
     bind(a, w2_, config_.hidden, config_.intermediate);
     os << ", gemm2 ksplit " << gemv::ksplit_for(a, max_active) << ", " << max_active << " expert slots";
+    if (w1_.stages != 3 || w2_.stages != 3) os << ", ring stages " << w1_.stages << "/" << w2_.stages;
     return os.str();
   }
 
@@ -149,6 +160,7 @@ class GemvBackend final : public BackendImpl {
     a.chunks = static_cast<int>(m.shape.chunks);
     a.tiles = static_cast<int>(m.shape.tiles);
     a.wide_scales = m.wide_scales;
+    a.stages = m.stages;
   }
 
   MoeConfig config_;

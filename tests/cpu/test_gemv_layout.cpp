@@ -88,18 +88,24 @@ TEST(GemvLayout, RejectsBadShapes) {
   EXPECT_THROW(packed_shape(16, 0), Error);
 }
 
-// K limits from shared memory, next to the kernels' static shared memory (ptxas: about 4.5 KB).
-TEST(GemvLimits, MaxKFollowsSharedMemory) {
-  const size_t static_smem = 4480;
-  EXPECT_GE(max_k(232448, static_smem), 2880) << "gpt-oss must fit on Hopper (227 KB per block)";
-  // SM120/SM121 allow 99 KB per block: with three ring stages gpt-oss's K = 2880 does not fit, and the
-  // runner must refuse it with an Error rather than fail a launch (docs/gpu-pipeline.md).
-  EXPECT_LT(max_k(101376, static_smem), 2880);
-  EXPECT_EQ(max_k(101376, static_smem) % 128, 0);
-  EXPECT_LT(max_k(101376, static_smem + 4096), max_k(101376, static_smem) + 1);
+// K limits and ring depth from shared memory, next to the kernels' static shared memory (ptxas:
+// about 4.5 KB). Hopper allows 227 KB per block, SM120/SM121 99 KB.
+TEST(GemvLimits, StagesAndMaxKFollowSharedMemory) {
+  const size_t static_smem = 4480, hopper = 232448, sm120 = 101376;
+  EXPECT_EQ(stages_for(2880, hopper, static_smem), 3);
+  EXPECT_EQ(stages_for(2880, sm120, static_smem), 2) << "gpt-oss on SM120 needs the 2-stage ring";
+  EXPECT_LE(smem_bytes(2880, 2) + static_smem, sm120) << "gpt-oss must fit on SM120 with 2 stages";
+  EXPECT_GT(smem_bytes(2880, 3) + static_smem, sm120);
+  EXPECT_LT(smem_bytes(2880, 2), smem_bytes(2880, 3));
+  for (const size_t optin : {hopper, sm120}) {
+    const int k = max_k(optin, static_smem);
+    EXPECT_GE(k, 2880);
+    EXPECT_EQ(k % 128, 0);
+    EXPECT_LE(smem_bytes(k, 2) + static_smem, optin) << "max_k must fit";
+    EXPECT_GT(smem_bytes(k + 128, 2) + static_smem, optin) << "max_k must be the largest that fits";
+  }
   EXPECT_EQ(max_k(1000, static_smem), 0);
-  EXPECT_GE(smem_bytes(max_k(232448, static_smem)) + static_smem, 0u);
-  EXPECT_LE(smem_bytes(max_k(232448, static_smem)) + static_smem, 232448u);
+  EXPECT_EQ(stages_for(64, 1000, static_smem), 2);
 }
 
 TEST(GemvLayout, WideScalesDetection) {

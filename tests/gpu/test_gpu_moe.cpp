@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "gpu/gpu_test_support.hpp"
@@ -171,6 +172,38 @@ TEST(GpuLayerSequence, BackToBackForwardsOnOneWorkspace) {
     EXPECT_LE(e.rel, 1e-2) << "worst element " << e.worst;
   }
   cudaStreamDestroy(stream);
+}
+
+// The tuning knobs select other kernels of the family: every ring depth and split-K must compute the
+// same layer. (The 2-stage ring is what SM120/SM121 run for gpt-oss; here it runs on this GPU.)
+TEST(GpuLayerVariants, RingStagesAndSplitKMatchReference) {
+  MXMOE_SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const MoeConfig cfg = mxmoe::test::make_config(16, 4, 2880, 1440);
+  const MoeLayerData layer = MoeLayerData::random(cfg, seed);
+  const int64_t tokens = 5;
+  const auto hidden = random_hidden(tokens, cfg.hidden, rng);
+  const auto logits = random_logits(tokens, cfg.num_experts, rng);
+  std::vector<double> ref(static_cast<size_t>(tokens * cfg.hidden));
+  reference_moe_f64(cfg, layer.view(), hidden, logits, tokens, ref);
+  for (const char* stages : {"2", "3"})
+    for (const char* ksplit : {"1", "2", "4", "8"}) {
+      SCOPED_TRACE(std::string("MXMOE_GEMV_STAGES=") + stages + " MXMOE_GEMV_KSPLIT=" + ksplit);
+      ASSERT_EQ(setenv("MXMOE_GEMV_STAGES", stages, 1), 0);
+      ASSERT_EQ(setenv("MXMOE_GEMV_KSPLIT", ksplit, 1), 0);
+      RunnerOptions options;
+      options.backend = Backend::Gemv;
+      options.max_tokens = tokens;
+      options.use_env = false;
+      const MoeRunner runner(cfg, layer.view(), options);
+      unsetenv("MXMOE_GEMV_STAGES");
+      unsetenv("MXMOE_GEMV_KSPLIT");
+      const ErrorStats e = compare(run_on_gpu(runner, hidden, logits, tokens), ref);
+      EXPECT_EQ(e.nan_count, 0);
+      EXPECT_LE(e.rel, 1e-2) << "worst element " << e.worst;
+    }
 }
 
 TEST(GpuLayerErrors, RejectsHostPointersAndSmallWorkspace) {

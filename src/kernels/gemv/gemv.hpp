@@ -27,6 +27,7 @@ struct GemvArgs {
   float alpha = 1.702f, limit = 7.0f;
   int sm_count = 132;                // multiprocessors of the device (for the split-K choice)
   int ksplit_override = 0;           // 1, 2, 4 or 8 forces the split-K (MXMOE_GEMV_KSPLIT, for tuning)
+  int stages = 3;                    // weight ring stages, from stages_for (MXMOE_GEMV_STAGES forces)
   bool wide_scales = false;          // some scale byte is > 128 or 0xFF: the general multiplier path
   // GEMM1's local routing (small T, see gemv_kernel.cu): the router logits [T, E] fp32;
   // launch_gemm1 sets the rest.
@@ -36,10 +37,12 @@ struct GemvArgs {
   bool local_route = false;
 };
 
-// Dynamic shared memory one block needs for K (8 activation rows, permuted and padded).
-size_t smem_bytes(int k);
-// Largest K the family supports with this much shared memory per block (the device's opt-in limit)
-// next to the kernels' static shared memory.
+// Dynamic shared memory one block needs for K (8 activation rows, permuted and padded, and the
+// weight rings of `stages` stages).
+size_t smem_bytes(int k, int stages);
+// Ring stages for K on a device: 3 where they fit next to the static shared memory, else 2.
+int stages_for(int k, size_t smem_per_block_optin, size_t static_smem);
+// Largest K the family supports (with 2 stages) on a device.
 int max_k(size_t smem_per_block_optin, size_t static_smem);
 // The largest static shared memory of the kernel variants (needs a CUDA context).
 size_t static_smem_bytes();

@@ -37,9 +37,12 @@ constexpr int kBatchRows = 8;     // MMA N
 // time from T = 4 on (every block repeats the top-k before it can stream).
 constexpr int kLocalRouteTokens = 2;
 constexpr int kStageChunks = 2;   // chunks per pipeline stage (one bulk copy of 2 KiB + 128 B)
-constexpr int kStages = 3;        // stages per warp
+// Ring stages per warp: 3 where shared memory allows (Hopper), 2 where it is tight (the 99 KB of
+// SM120/SM121 at gpt-oss's K = 2880). A template parameter: each count is its own kernel.
+constexpr int kMaxStages = 3;
+constexpr int kMinStages = 2;
 constexpr int kStageBytes = kStageChunks * kChunkBytes;
-constexpr int kWarpRingBytes = kStages * kStageBytes;
+__host__ __device__ constexpr int warp_ring_bytes(int stages) { return stages * kStageBytes; }
 
 // Bytes of one staged activation row: 128-byte aligned plus 64, so the 8 rows read by one
 // quarter-warp land in different banks.
@@ -127,6 +130,7 @@ __device__ __forceinline__ float swiglu(float gate, float linear, float alpha, f
 
 // The per-warp weight ring: stage s holds the records of chunks [c, c + kStageChunks) of the warp's
 // tile, one bulk copy (records are contiguous, see gemv_layout.hpp).
+template <int kStages>
 struct WeightRing {
   uint8_t* base;        // kStages * kStageBytes of shared memory
   uint64_t* bars;       // kStages mbarriers
@@ -193,7 +197,7 @@ __device__ void local_routing(const GemvArgs& a, int slot, int* ids, unsigned* b
   __syncthreads();
 }
 
-template <bool kGemm1, bool kWideScales>
+template <bool kGemm1, bool kWideScales, int kStages>
 __global__ void __launch_bounds__(kThreads, 3) gemv_kernel(const GemvArgs a, const int ksplit, const int rows_cap) {
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ float partial[kWarps][4][32];  // split-K partial sums, reduced in a fixed order
@@ -236,8 +240,8 @@ __global__ void __launch_bounds__(kThreads, 3) gemv_kernel(const GemvArgs a, con
   const int split = warp % ksplit;
   const bool has_tile = tile < a.tiles;
   const int stride = act_row_stride(a.chunks);
-  WeightRing ring;
-  ring.base = smem + act_bytes(a.chunks, rows_cap) + warp * kWarpRingBytes;
+  WeightRing<kStages> ring;
+  ring.base = smem + act_bytes(a.chunks, rows_cap) + warp * warp_ring_bytes(kStages);
   ring.bars = bars[warp];
   ring.tile = a.weights + expert * a.expert_stride + static_cast<int64_t>(tile) * a.chunks * kChunkBytes;
   ring.c_begin = a.chunks * split / ksplit;
@@ -356,9 +360,9 @@ int choose_ksplit(int tiles, int chunks, int max_active, int sm_count) {
 
 int rows_cap_for(int64_t tokens) { return static_cast<int>(std::min<int64_t>(kBatchRows, tokens)); }
 
-size_t smem_for(int k, int rows_cap) {
+size_t smem_for(int k, int rows_cap, int stages) {
   const int chunks = (k / 32 + kChunkBlocks - 1) / kChunkBlocks;
-  return static_cast<size_t>(act_bytes(chunks, rows_cap)) + kWarps * kWarpRingBytes;
+  return static_cast<size_t>(act_bytes(chunks, rows_cap)) + kWarps * warp_ring_bytes(stages);
 }
 
 template <bool kGemm1>
@@ -373,20 +377,27 @@ void launch(const GemvArgs& a, int64_t tokens, int max_active, cudaStream_t stre
   const int64_t batches = (pairs + kBatchRows * max_active - 1) / (kBatchRows * max_active);
   const dim3 grid((a.tiles + tiles_per_block - 1) / tiles_per_block, static_cast<unsigned>(max_active),
                   static_cast<unsigned>(std::clamp<int64_t>(batches, 1, 64)));
-  const size_t smem = smem_for(a.k, rows_cap);
-  if (a.wide_scales)
-    kernels::launch_with_pdl(gemv_kernel<kGemm1, true>, grid, dim3(kThreads), smem, stream, a, ksplit, rows_cap);
+  const size_t smem = smem_for(a.k, rows_cap, a.stages);
+  const dim3 block(kThreads);
+  auto go = [&](auto kernel) { kernels::launch_with_pdl(kernel, grid, block, smem, stream, a, ksplit, rows_cap); };
+  if (a.stages == kMaxStages)
+    a.wide_scales ? go(gemv_kernel<kGemm1, true, kMaxStages>) : go(gemv_kernel<kGemm1, false, kMaxStages>);
   else
-    kernels::launch_with_pdl(gemv_kernel<kGemm1, false>, grid, dim3(kThreads), smem, stream, a, ksplit, rows_cap);
+    a.wide_scales ? go(gemv_kernel<kGemm1, true, kMinStages>) : go(gemv_kernel<kGemm1, false, kMinStages>);
 }
 
 }  // namespace
 
-size_t smem_bytes(int k) { return smem_for(k, kBatchRows); }
+size_t smem_bytes(int k, int stages) { return smem_for(k, kBatchRows, stages); }
+
+int stages_for(int k, size_t smem_per_block_optin, size_t static_smem) {
+  const size_t room = smem_per_block_optin > static_smem ? smem_per_block_optin - static_smem : 0;
+  return smem_bytes(k, kMaxStages) <= room ? kMaxStages : kMinStages;
+}
 
 int max_k(size_t smem_per_block_optin, size_t static_smem) {
   const int64_t room = static_cast<int64_t>(smem_per_block_optin) - static_cast<int64_t>(static_smem) -
-                       kWarps * kWarpRingBytes - 128;
+                       kWarps * warp_ring_bytes(kMinStages) - 128;
   const int64_t chunks = (room / kBatchRows - 64) / (kChunkK * 2);
   return static_cast<int>(std::max<int64_t>(chunks, 0) * kChunkK);
 }
@@ -394,10 +405,14 @@ int max_k(size_t smem_per_block_optin, size_t static_smem) {
 namespace {
 template <class F>
 void for_each_variant(F&& f) {
-  f(gemv_kernel<true, false>);
-  f(gemv_kernel<true, true>);
-  f(gemv_kernel<false, false>);
-  f(gemv_kernel<false, true>);
+  f(gemv_kernel<true, false, kMaxStages>);
+  f(gemv_kernel<true, true, kMaxStages>);
+  f(gemv_kernel<false, false, kMaxStages>);
+  f(gemv_kernel<false, true, kMaxStages>);
+  f(gemv_kernel<true, false, kMinStages>);
+  f(gemv_kernel<true, true, kMinStages>);
+  f(gemv_kernel<false, false, kMinStages>);
+  f(gemv_kernel<false, true, kMinStages>);
 }
 }  // namespace
 
