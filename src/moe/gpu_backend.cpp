@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 #include <span>
 #include <sstream>
@@ -44,6 +45,19 @@ PackedMatrix upload(std::span<const uint8_t> blocks, std::span<const uint8_t> sc
   return m;
 }
 
+// An integer tuning knob from the environment: 0 when unset or empty, else one of `allowed`
+// (anything else is an Error naming the variable and the allowed values).
+int env_choice(const char* name, std::initializer_list<int> allowed) {
+  const char* env = std::getenv(name);
+  if (env == nullptr || *env == '\0') return 0;
+  std::string valid;
+  for (const int v : allowed) {
+    if (std::to_string(v) == env) return v;
+    valid += (valid.empty() ? "" : ", ") + std::to_string(v);
+  }
+  detail::throw_error(name, ": expected one of ", valid, ", got '", env, "'");
+}
+
 void require_device_pointer(const void* p, const char* name, size_t alignment) {
   cudaPointerAttributes attr{};
   MXMOE_CUDA_CHECK(cudaPointerGetAttributes(&attr, p));
@@ -71,19 +85,10 @@ class GemvBackend final : public BackendImpl {
     w1_.stages = gemv::stages_for(config.hidden, static_cast<size_t>(smem_optin), static_smem);
     w2_.stages = gemv::stages_for(config.intermediate, static_cast<size_t>(smem_optin), static_smem);
     // Tuning and testing knob: force the ring depth (2 is what SM120/SM121 get for gpt-oss).
-    if (const char* env = std::getenv("MXMOE_GEMV_STAGES"); env != nullptr && *env != '\0') {
-      const std::string value(env);
-      MXMOE_REQUIRE(value == "2" || value == "3", "MXMOE_GEMV_STAGES: expected 2 or 3, got '", value, "'");
-      w1_.stages = w2_.stages = std::stoi(value);
-    }
+    if (const int stages = env_choice("MXMOE_GEMV_STAGES", {2, 3})) w1_.stages = w2_.stages = stages;
     MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
-    // Tuning knob: force the GEMV split-K (1, 2, 4 or 8) instead of the cost model's choice.
-    if (const char* env = std::getenv("MXMOE_GEMV_KSPLIT"); env != nullptr && *env != '\0') {
-      const std::string value(env);
-      MXMOE_REQUIRE(value == "1" || value == "2" || value == "4" || value == "8",
-                    "MXMOE_GEMV_KSPLIT: expected 1, 2, 4 or 8, got '", value, "'");
-      ksplit_override_ = std::stoi(value);
-    }
+    // Tuning knob: force the GEMV split-K instead of the cost model's choice (0: not set).
+    ksplit_override_ = env_choice("MXMOE_GEMV_KSPLIT", {1, 2, 4, 8});
     gemv::configure(static_cast<size_t>(smem_optin));
     device_ = device;
   }

@@ -73,6 +73,15 @@ inline ErrorStats compare(const std::vector<uint16_t>& out, const std::vector<do
   return s;
 }
 
+// Options for a runner on the GEMV backend, MXMOE_BACKEND ignored.
+inline RunnerOptions gemv_options(int64_t max_tokens) {
+  RunnerOptions options;
+  options.backend = Backend::Gemv;
+  options.max_tokens = max_tokens;
+  options.use_env = false;
+  return options;
+}
+
 // Runs a GPU runner on host inputs; the output is poisoned (bf16 NaN) before the launch.
 inline std::vector<uint16_t> run_on_gpu(const MoeRunner& runner, const std::vector<uint16_t>& hidden,
                                         const std::vector<float>& logits, int64_t tokens) {

@@ -50,11 +50,7 @@ TEST_P(GpuLayer, MatchesReference) {
   if (c.one_expert)
     for (int64_t t = 0; t < c.tokens; ++t) logits[static_cast<size_t>(t * cfg.num_experts + 3 % cfg.num_experts)] += 100.f;
 
-  RunnerOptions options;
-  options.backend = Backend::Gemv;
-  options.max_tokens = std::max<int64_t>(c.tokens, 1);
-  options.use_env = false;
-  const MoeRunner runner(cfg, layer.view(), options);
+  const MoeRunner runner(cfg, layer.view(), gemv_options(std::max<int64_t>(c.tokens, 1)));
   const auto out = run_on_gpu(runner, hidden, logits, c.tokens);
 
   std::vector<double> ref(static_cast<size_t>(c.tokens * cfg.hidden));
@@ -93,11 +89,7 @@ TEST(GpuLayerDeterminism, EagerTwiceAndGraphReplayAgree) {
   const int64_t tokens = 67;
   const auto hidden = random_hidden(tokens, cfg.hidden, rng);
   const auto logits = random_logits(tokens, cfg.num_experts, rng);
-  RunnerOptions options;
-  options.backend = Backend::Gemv;
-  options.max_tokens = 128;
-  options.use_env = false;
-  const MoeRunner runner(cfg, layer.view(), options);
+  const MoeRunner runner(cfg, layer.view(), gemv_options(128));
 
   const auto first = run_on_gpu(runner, hidden, logits, tokens);
   const auto second = run_on_gpu(runner, hidden, logits, tokens);
@@ -134,11 +126,7 @@ TEST(GpuLayerSequence, BackToBackForwardsOnOneWorkspace) {
   std::mt19937_64 rng(seed);
   const MoeConfig cfg = mxmoe::test::make_config(32, 4, 512, 384);
   const MoeLayerData layer = MoeLayerData::random(cfg, seed);
-  RunnerOptions options;
-  options.backend = Backend::Gemv;
-  options.max_tokens = 64;
-  options.use_env = false;
-  const MoeRunner runner(cfg, layer.view(), options);
+  const MoeRunner runner(cfg, layer.view(), gemv_options(64));
   DeviceBuffer ws(runner.workspace_bytes());
   cudaStream_t stream;
   MXMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -193,11 +181,7 @@ TEST(GpuLayerVariants, RingStagesAndSplitKMatchReference) {
       SCOPED_TRACE(std::string("MXMOE_GEMV_STAGES=") + stages + " MXMOE_GEMV_KSPLIT=" + ksplit);
       ASSERT_EQ(setenv("MXMOE_GEMV_STAGES", stages, 1), 0);
       ASSERT_EQ(setenv("MXMOE_GEMV_KSPLIT", ksplit, 1), 0);
-      RunnerOptions options;
-      options.backend = Backend::Gemv;
-      options.max_tokens = tokens;
-      options.use_env = false;
-      const MoeRunner runner(cfg, layer.view(), options);
+      const MoeRunner runner(cfg, layer.view(), gemv_options(tokens));
       unsetenv("MXMOE_GEMV_STAGES");
       unsetenv("MXMOE_GEMV_KSPLIT");
       const ErrorStats e = compare(run_on_gpu(runner, hidden, logits, tokens), ref);
@@ -210,11 +194,7 @@ TEST(GpuLayerErrors, RejectsHostPointersAndSmallWorkspace) {
   MXMOE_SKIP_WITHOUT_GPU();
   const MoeConfig cfg = MoeConfig::tiny();
   const MoeLayerData layer = MoeLayerData::random(cfg, fresh_seed());
-  RunnerOptions options;
-  options.backend = Backend::Gemv;
-  options.max_tokens = 4;
-  options.use_env = false;
-  const MoeRunner runner(cfg, layer.view(), options);
+  const MoeRunner runner(cfg, layer.view(), gemv_options(4));
   std::vector<uint16_t> hidden(4 * 64, 0x3F80), out(4 * 64);
   std::vector<float> logits(4 * 8, 1.f);
   DeviceBuffer ws(runner.workspace_bytes());
