@@ -69,6 +69,8 @@ INSTANTIATE_TEST_SUITE_P(
                       LayerCase{"t1_e128_2880", 128, 4, 2880, 2880, 1, false, true},
                       LayerCase{"t2_e32_2880", 32, 4, 2880, 2880, 2, false, true},
                       LayerCase{"t2_one_expert", 8, 2, 256, 192, 2, true, true},
+                      LayerCase{"t2_e256_k8", 256, 8, 256, 192, 2, false, true},
+                      LayerCase{"t1_odd_k", 5, 3, 96, 160, 1, false, true},
                       LayerCase{"t16_e32_2880_nobias", 32, 4, 2880, 2880, 16, false, false},
                       LayerCase{"t3_small", 8, 2, 64, 64, 3, false, true},
                       LayerCase{"t1000_small", 32, 4, 256, 192, 1000, false, true},
