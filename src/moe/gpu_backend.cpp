@@ -26,7 +26,7 @@ struct PackedMatrix {
   gemv::PackedShape shape;
   DeviceBuffer packed, bias;
   bool wide_scales = false;
-  int stages = 3;  // weight ring stages (gemv::stages_for)
+  int stages = gemv::kDefaultStages;  // weight ring stages
 };
 
 PackedMatrix upload(std::span<const uint8_t> blocks, std::span<const uint8_t> scales, std::span<const uint16_t> bias,
@@ -82,10 +82,13 @@ class GemvBackend final : public BackendImpl {
     const int64_t h = config.hidden, i = config.intermediate;
     w1_ = upload(weights.w1_blocks, weights.w1_scales, weights.w1_bias, config.num_experts, 2 * i, h, true);
     w2_ = upload(weights.w2_blocks, weights.w2_scales, weights.w2_bias, config.num_experts, h, i, false);
-    w1_.stages = gemv::stages_for(config.hidden, static_cast<size_t>(smem_optin), static_smem);
-    w2_.stages = gemv::stages_for(config.intermediate, static_cast<size_t>(smem_optin), static_smem);
-    // Tuning and testing knob: force the ring depth (2 is what SM120/SM121 get for gpt-oss).
-    if (const int stages = env_choice("MXMOE_GEMV_STAGES", {2, 3})) w1_.stages = w2_.stages = stages;
+    // Tuning and testing knob: force the ring depth (the default is gemv::kDefaultStages).
+    if (const int stages = env_choice("MXMOE_GEMV_STAGES", {2, 3})) {
+      for (const int64_t k : {h, i})
+        MXMOE_REQUIRE(gemv::stages_fit(static_cast<int>(k), stages, static_cast<size_t>(smem_optin), static_smem),
+                      "MXMOE_GEMV_STAGES: ", stages, " stages do not fit this device's shared memory at K = ", k);
+      w1_.stages = w2_.stages = stages;
+    }
     MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
     // Tuning knob: force the GEMV split-K instead of the cost model's choice (0: not set).
     ksplit_override_ = env_choice("MXMOE_GEMV_KSPLIT", {1, 2, 4, 8});
@@ -151,7 +154,8 @@ class GemvBackend final : public BackendImpl {
     os << "gemv 16x8 tiles, gemm1 ksplit " << gemv::ksplit_for(a, max_active);
     bind(a, w2_, config_.hidden, config_.intermediate);
     os << ", gemm2 ksplit " << gemv::ksplit_for(a, max_active) << ", " << max_active << " expert slots";
-    if (w1_.stages != 3 || w2_.stages != 3) os << ", ring stages " << w1_.stages << "/" << w2_.stages;
+    if (w1_.stages != gemv::kDefaultStages || w2_.stages != gemv::kDefaultStages)
+      os << ", ring stages " << w1_.stages << "/" << w2_.stages;
     return os.str();
   }
 

@@ -92,8 +92,10 @@ TEST(GemvLayout, RejectsBadShapes) {
 // about 4.5 KB). Hopper allows 227 KB per block, SM120/SM121 99 KB.
 TEST(GemvLimits, StagesAndMaxKFollowSharedMemory) {
   const size_t static_smem = 4480, hopper = 232448, sm120 = 101376;
-  EXPECT_EQ(stages_for(2880, hopper, static_smem), 3);
-  EXPECT_EQ(stages_for(2880, sm120, static_smem), 2) << "gpt-oss on SM120 needs the 2-stage ring";
+  EXPECT_EQ(kDefaultStages, 2);
+  EXPECT_TRUE(stages_fit(2880, 3, hopper, static_smem));
+  EXPECT_TRUE(stages_fit(2880, 2, sm120, static_smem)) << "gpt-oss must fit on SM120 with the default ring";
+  EXPECT_FALSE(stages_fit(2880, 3, sm120, static_smem)) << "3 stages must be refused on SM120 at gpt-oss's K";
   EXPECT_LE(smem_bytes(2880, 2) + static_smem, sm120) << "gpt-oss must fit on SM120 with 2 stages";
   EXPECT_GT(smem_bytes(2880, 3) + static_smem, sm120);
   EXPECT_LT(smem_bytes(2880, 2), smem_bytes(2880, 3));
@@ -105,7 +107,7 @@ TEST(GemvLimits, StagesAndMaxKFollowSharedMemory) {
     EXPECT_GT(smem_bytes(k + 128, 2) + static_smem, optin) << "max_k must be the largest that fits";
   }
   EXPECT_EQ(max_k(1000, static_smem), 0);
-  EXPECT_EQ(stages_for(64, 1000, static_smem), 2);
+  EXPECT_FALSE(stages_fit(64, 2, 1000, static_smem));
 }
 
 TEST(GemvLayout, WideScalesDetection) {

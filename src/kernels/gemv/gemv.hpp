@@ -27,7 +27,7 @@ struct GemvArgs {
   float alpha = 1.702f, limit = 7.0f;
   int sm_count = 132;                // multiprocessors of the device (for the split-K choice)
   int ksplit_override = 0;           // 1, 2, 4 or 8 forces the split-K (MXMOE_GEMV_KSPLIT, for tuning)
-  int stages = 3;                    // weight ring stages, from stages_for (MXMOE_GEMV_STAGES forces)
+  int stages = 2;                    // weight ring stages: kDefaultStages, or MXMOE_GEMV_STAGES
   bool wide_scales = false;          // some scale byte is > 128 or 0xFF: the general multiplier path
   // GEMM1's local routing (small T, see gemv_kernel.cu): the router logits [T, E] fp32;
   // launch_gemm1 sets the rest.
@@ -40,8 +40,12 @@ struct GemvArgs {
 // Dynamic shared memory one block needs for K (8 activation rows, permuted and padded, and the
 // weight rings of `stages` stages).
 size_t smem_bytes(int k, int stages);
-// Ring stages for K on a device: 3 where they fit next to the static shared memory, else 2.
-int stages_for(int k, size_t smem_per_block_optin, size_t static_smem);
+// Weight ring stages per warp: 2 by default on every device. Measured on an H200 (docs/perf-log.md),
+// 2 stages beat 3 at decode sizes (T = 1: 30.9 vs 32.1 us; T = 4: 81.3 vs 89.3 us; T = 16 equal),
+// and 2 is what fits SM120/SM121's 99 KB at gpt-oss's K. 3 can be forced where it fits.
+inline constexpr int kDefaultStages = 2;
+// Whether a ring of `stages` fits next to the static shared memory at K on a device.
+bool stages_fit(int k, int stages, size_t smem_per_block_optin, size_t static_smem);
 // Largest K the family supports (with 2 stages) on a device.
 int max_k(size_t smem_per_block_optin, size_t static_smem);
 // The largest static shared memory of the kernel variants (needs a CUDA context).

@@ -37,10 +37,10 @@ constexpr int kBatchRows = 8;     // MMA N
 // time from T = 4 on (every block repeats the top-k before it can stream).
 constexpr int kLocalRouteTokens = 2;
 constexpr int kStageChunks = 2;   // chunks per pipeline stage (one bulk copy of 2 KiB + 128 B)
-// Ring stages per warp: 3 where shared memory allows (Hopper), 2 where it is tight (the 99 KB of
-// SM120/SM121 at gpt-oss's K = 2880). A template parameter: each count is its own kernel.
+// Ring stages per warp, a template parameter (each count is its own kernel): 2 by default
+// (kDefaultStages), 3 when forced where it fits.
 constexpr int kMaxStages = 3;
-constexpr int kMinStages = 2;
+constexpr int kMinStages = kDefaultStages;
 constexpr int kStageBytes = kStageChunks * kChunkBytes;
 __host__ __device__ constexpr int warp_ring_bytes(int stages) { return stages * kStageBytes; }
 
@@ -390,9 +390,8 @@ void launch(const GemvArgs& a, int64_t tokens, int max_active, cudaStream_t stre
 
 size_t smem_bytes(int k, int stages) { return smem_for(k, kBatchRows, stages); }
 
-int stages_for(int k, size_t smem_per_block_optin, size_t static_smem) {
-  const size_t room = smem_per_block_optin > static_smem ? smem_per_block_optin - static_smem : 0;
-  return smem_bytes(k, kMaxStages) <= room ? kMaxStages : kMinStages;
+bool stages_fit(int k, int stages, size_t smem_per_block_optin, size_t static_smem) {
+  return smem_bytes(k, stages) + static_smem <= smem_per_block_optin;
 }
 
 int max_k(size_t smem_per_block_optin, size_t static_smem) {
