@@ -192,6 +192,22 @@ TEST(GpuLayerVariants, RingStagesAndSplitKMatchReference) {
     }
 }
 
+// A forced 3-stage ring that does not fit is refused by name, not left to a failing launch. K = 11264
+// fits 2 stages but not 3 in Hopper's 227 KB per block (about 207 KB against 224 KB).
+TEST(GpuLayerErrors, RefusesRingStagesThatDoNotFit) {
+  MXMOE_SKIP_WITHOUT_GPU();
+  int device = 0, optin = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), cudaSuccess);
+  if (optin != 232448) GTEST_SKIP() << "the shape is sized for 227 KB of shared memory per block, this GPU has " << optin;
+  const MoeConfig cfg = mxmoe::test::make_config(2, 1, 11264, 64);
+  const MoeLayerData layer = MoeLayerData::random(cfg, fresh_seed());
+  EXPECT_NO_THROW(MoeRunner(cfg, layer.view(), gemv_options(1)));
+  ASSERT_EQ(setenv("MXMOE_GEMV_STAGES", "3", 1), 0);
+  expect_error_naming([&] { MoeRunner(cfg, layer.view(), gemv_options(1)); }, "MXMOE_GEMV_STAGES");
+  unsetenv("MXMOE_GEMV_STAGES");
+}
+
 TEST(GpuLayerErrors, RejectsHostPointersAndSmallWorkspace) {
   MXMOE_SKIP_WITHOUT_GPU();
   const MoeConfig cfg = MoeConfig::tiny();
