@@ -80,15 +80,18 @@ class GemvBackend final : public BackendImpl {
     MXMOE_REQUIRE(config.intermediate <= k_max, "intermediate: ", config.intermediate,
                   " is above the GEMV family's limit of ", k_max, " on this device");
     const int64_t h = config.hidden, i = config.intermediate;
+    // Tuning and testing knob: force the ring depth (the default is gemv::kDefaultStages). Checked
+    // before the upload, so a refused depth costs no repacking.
+    int stages = gemv::kDefaultStages;
+    if (const int forced = env_choice("MXMOE_GEMV_STAGES", {2, 3})) {
+      for (const int64_t k : {h, i})
+        MXMOE_REQUIRE(gemv::stages_fit(static_cast<int>(k), forced, static_cast<size_t>(smem_optin), static_smem),
+                      "MXMOE_GEMV_STAGES: ", forced, " stages do not fit this device's shared memory at K = ", k);
+      stages = forced;
+    }
     w1_ = upload(weights.w1_blocks, weights.w1_scales, weights.w1_bias, config.num_experts, 2 * i, h, true);
     w2_ = upload(weights.w2_blocks, weights.w2_scales, weights.w2_bias, config.num_experts, h, i, false);
-    // Tuning and testing knob: force the ring depth (the default is gemv::kDefaultStages).
-    if (const int stages = env_choice("MXMOE_GEMV_STAGES", {2, 3})) {
-      for (const int64_t k : {h, i})
-        MXMOE_REQUIRE(gemv::stages_fit(static_cast<int>(k), stages, static_cast<size_t>(smem_optin), static_smem),
-                      "MXMOE_GEMV_STAGES: ", stages, " stages do not fit this device's shared memory at K = ", k);
-      w1_.stages = w2_.stages = stages;
-    }
+    w1_.stages = w2_.stages = stages;
     MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
     // Tuning knob: force the GEMV split-K instead of the cost model's choice (0: not set).
     ksplit_override_ = env_choice("MXMOE_GEMV_KSPLIT", {1, 2, 4, 8});
