@@ -10,8 +10,10 @@
 #include <sstream>
 #include <vector>
 
+#include "kernels/gemv/decode.hpp"
 #include "kernels/gemv/gemv.hpp"
 #include "kernels/gemv/gemv_layout.hpp"
+#include "kernels/gemv/slice_layout.hpp"
 #include "moe/backend.hpp"
 #include "moe/device_buffer.hpp"
 #include "moe/workspace.hpp"
@@ -43,6 +45,18 @@ PackedMatrix upload(std::span<const uint8_t> blocks, std::span<const uint8_t> sc
   m.packed = DeviceBuffer(packed.data(), packed.size());
   if (!bias.empty()) m.bias = DeviceBuffer(bias.data(), bias.size_bytes());
   return m;
+}
+
+// GEMM2's weights in the fused decode path's slice layout (slice_layout.hpp).
+DeviceBuffer upload_slices(std::span<const uint8_t> blocks, std::span<const uint8_t> scales, int experts, int64_t rows,
+                           int64_t k) {
+  const gemv::SliceShape shape = gemv::slice_shape(rows, k / 32);
+  const auto stride = static_cast<size_t>(shape.bytes());
+  std::vector<uint8_t> packed(stride * experts);
+  const auto src_w = static_cast<size_t>(rows * k / 2), src_s = static_cast<size_t>(rows * k / 32);
+  for (int e = 0; e < experts; ++e)
+    gemv::pack_expert_slices(blocks.data() + e * src_w, scales.data() + e * src_s, shape, packed.data() + e * stride);
+  return DeviceBuffer(packed.data(), packed.size());
 }
 
 // An integer tuning knob from the environment: 0 when unset or empty, else one of `allowed`
@@ -97,9 +111,31 @@ class GemvBackend final : public BackendImpl {
     ksplit_override_ = env_choice("MXMOE_GEMV_KSPLIT", {1, 2, 4, 8});
     gemv::configure(static_cast<size_t>(smem_optin));
     device_ = device;
+    // The fused decode path (kernels/gemv/decode.hpp) up to MXMOE_DECODE_TOKENS tokens (0: off).
+    decode_tokens_ = kDefaultDecodeTokens;
+    if (const char* env = std::getenv("MXMOE_DECODE_TOKENS"); env != nullptr && *env != '\0')
+      decode_tokens_ = env_choice("MXMOE_DECODE_TOKENS", {0, 1, 2, 3, 4, 5, 6, 7, 8});
+    // The deepest ring that fits at the largest T (4 stages on Hopper; SM120's 99 KB take 2).
+    auto fits = [&](int depth) {
+      return gemv::decode_supported(config.hidden, config.intermediate, decode_tokens_, depth,
+                                    static_cast<size_t>(smem_optin));
+    };
+    while (decode_tokens_ > 0 && !fits(2)) --decode_tokens_;
+    decode_stages_ = decode_tokens_ > 0 && fits(4) ? 4 : 2;
+    if (decode_tokens_ > 0) {
+      w2_slices_ = upload_slices(weights.w2_blocks, weights.w2_scales, config.num_experts, h, i);
+      gemv::configure_decode(static_cast<size_t>(smem_optin));
+    }
   }
 
-  size_t workspace_bytes(int64_t max_tokens) const override { return WorkspaceLayout(config_, max_tokens).total; }
+  size_t workspace_bytes(int64_t max_tokens) const override {
+    // A workspace for max_tokens serves every smaller T, and the decode path's partial sums (T <=
+    // decode_tokens_) can outweigh the GEMV path's rows of a larger T.
+    size_t most = layout_for(max_tokens).total;
+    const int64_t small = std::min<int64_t>(max_tokens, decode_tokens_);
+    if (small > 0) most = std::max(most, layout_for(small).total);
+    return most;
+  }
 
   void forward(const uint16_t* hidden, const float* router_logits, int64_t tokens, uint16_t* out, void* workspace,
                cudaStream_t stream, int stages) const override {
@@ -111,8 +147,12 @@ class GemvBackend final : public BackendImpl {
     require_device_pointer(router_logits, "router_logits", 4);
     require_device_pointer(out, "out", 8);
     require_device_pointer(workspace, "workspace", 256);
-    const WorkspaceLayout layout(config_, tokens);
+    const WorkspaceLayout layout = layout_for(tokens);
     const auto ws = layout.bind(workspace);
+    if (tokens <= decode_tokens_) {
+      forward_decode(hidden, router_logits, tokens, out, ws, stream, stages);
+      return;
+    }
     routing::route_and_permute(config_, router_logits, tokens, ws.routing, stream);
     if (stages < 2) return;
 
@@ -148,6 +188,9 @@ class GemvBackend final : public BackendImpl {
   }
 
   std::string describe_plan(int64_t tokens) const override {
+    if (tokens > 0 && tokens <= decode_tokens_)
+      return "fused decode (route + gemm1 + swiglu + gemm2 per 32-feature unit, " + std::to_string(grid()) +
+             " blocks) + combine";
     const int max_active = static_cast<int>(std::min<int64_t>(config_.num_experts, tokens * config_.top_k));
     gemv::GemvArgs a;
     a.sm_count = sm_count_;
@@ -163,6 +206,56 @@ class GemvBackend final : public BackendImpl {
   }
 
  private:
+  // The fused decode path is off by default: measured on an H200 it is still slower than the GEMV
+  // path at every T (docs/perf-log.md); MXMOE_DECODE_TOKENS turns it on up to that T.
+  static constexpr int kDefaultDecodeTokens = 0;
+
+  int grid() const { return gemv::decode_grid(sm_count_); }
+
+  WorkspaceLayout layout_for(int64_t tokens) const {
+    const size_t floats = tokens > 0 && tokens <= decode_tokens_
+                              ? gemv::decode_partial_floats(config_.num_experts, config_.top_k, config_.hidden,
+                                                            config_.intermediate, tokens, grid())
+                              : 0;
+    return WorkspaceLayout(config_, tokens, floats);
+  }
+
+  // stages (bench --stages): 1..3 = the fused kernel, 4 = and the combine.
+  void forward_decode(const uint16_t* hidden, const float* router_logits, int64_t tokens, uint16_t* out,
+                      const BoundWorkspace& ws, cudaStream_t stream, int stages) const {
+    gemv::DecodeArgs a;
+    a.hidden = hidden;
+    a.logits = router_logits;
+    a.tokens = static_cast<int>(tokens);
+    a.experts = config_.num_experts;
+    a.top_k = config_.top_k;
+    a.softmax_first = config_.routing == RoutingOrder::SoftmaxThenTopk;
+    a.renormalize = config_.renormalize;
+    a.hidden_size = config_.hidden;
+    a.inter_size = config_.intermediate;
+    a.w1 = w1_.packed.get<uint8_t>();
+    a.w1_stride = w1_.shape.bytes();
+    a.chunks1 = static_cast<int>(w1_.shape.chunks);
+    a.b1 = w1_.bias.get<uint16_t>();
+    a.w2 = w2_slices_.get<uint8_t>();
+    a.w2_stride = gemv::slice_shape(config_.hidden, config_.intermediate / 32).bytes();
+    a.b2 = w2_.bias.get<uint16_t>();
+    a.alpha = config_.swiglu_alpha;
+    a.limit = config_.swiglu_limit;
+    a.wide_scales = w1_.wide_scales || w2_.wide_scales;
+    a.stages = decode_stages_;
+    a.grid = grid();
+    a.max_segments = gemv::decode_max_segments(config_.num_experts, config_.top_k, config_.intermediate, tokens, a.grid);
+    a.partials = ws.decode_partials;
+    a.pair_slot = ws.pair_slot;
+    a.pair_row = ws.routing.pair_row;
+    a.pair_weight = ws.routing.pair_weights;
+    a.slot_expert = ws.slot_expert;
+    a.active_count = ws.routing.active_count;
+    a.out = out;
+    gemv::launch_decode(a, stages < MoeRunner::kAllStages ? 1 : 2, stream);
+  }
+
   static void bind(gemv::GemvArgs& a, const PackedMatrix& m, int n, int k) {
     a.weights = m.packed.get<uint8_t>();
     a.expert_stride = m.shape.bytes();
@@ -177,6 +270,9 @@ class GemvBackend final : public BackendImpl {
 
   MoeConfig config_;
   PackedMatrix w1_, w2_;
+  DeviceBuffer w2_slices_;  // GEMM2 again, in the decode path's layout (only when that path is on)
+  int decode_tokens_ = 0;
+  int decode_stages_ = 2;
   int sm_count_ = 0;
   int device_ = 0;
   int ksplit_override_ = 0;

@@ -14,13 +14,19 @@ struct BoundWorkspace {
   routing::RoutingBuffers routing;
   uint16_t* intermediate;  // [T*k, I] bf16
   float* expert_rows;      // [T*k, H] fp32, already times the routing weight
+  // The fused decode path (kernels/gemv/decode.hpp), when the backend asks for it:
+  float* decode_partials;  // decode_floats fp32
+  int32_t* pair_slot;      // [T*k]
+  int32_t* slot_expert;    // [min(E, T*k)]
 };
 
 struct WorkspaceLayout {
   size_t expert_ids = 0, pair_weights = 0, expert_offsets = 0, active_experts = 0, active_count = 0, row_pair = 0,
-         pair_row = 0, global_counts = 0, intermediate = 0, expert_rows = 0, total = 0;
+         pair_row = 0, global_counts = 0, intermediate = 0, expert_rows = 0, decode_partials = 0, pair_slot = 0,
+         slot_expert = 0, total = 0;
 
-  WorkspaceLayout(const MoeConfig& config, int64_t tokens) {
+  // decode_floats: the fused decode path's partial sums for this T (0 when it is not used).
+  WorkspaceLayout(const MoeConfig& config, int64_t tokens, size_t decode_floats = 0) {
     const auto pairs = static_cast<size_t>(tokens * config.top_k);
     const auto experts = static_cast<size_t>(config.num_experts);
     auto take = [this](size_t bytes) {
@@ -38,6 +44,9 @@ struct WorkspaceLayout {
     global_counts = take(257 * 4);
     intermediate = take(pairs * static_cast<size_t>(config.intermediate) * 2);
     expert_rows = take(pairs * static_cast<size_t>(config.hidden) * 4);
+    decode_partials = take(decode_floats * 4);
+    pair_slot = take(pairs * 4);
+    slot_expert = take(pairs * 4);
   }
 
   BoundWorkspace bind(void* base) const {
@@ -54,6 +63,9 @@ struct WorkspaceLayout {
     w.routing.ticket = w.routing.global_counts + 256;
     w.intermediate = reinterpret_cast<uint16_t*>(b + intermediate);
     w.expert_rows = reinterpret_cast<float*>(b + expert_rows);
+    w.decode_partials = reinterpret_cast<float*>(b + decode_partials);
+    w.pair_slot = reinterpret_cast<int32_t*>(b + pair_slot);
+    w.slot_expert = reinterpret_cast<int32_t*>(b + slot_expert);
     return w;
   }
 };

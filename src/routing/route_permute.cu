@@ -27,44 +27,14 @@ struct RouteArgs {
 };
 
 __device__ void route_token(const RouteArgs& a, int t, int lane, int* counts) {
-  const float* row = a.logits + static_cast<int64_t>(t) * a.experts;
-  float raw[kMaxPerLane];
-  float sel_val[kMaxTopk];
-  int sel_id[kMaxTopk];
-  warp_topk(row, a.experts, a.top_k, lane, raw, sel_val, sel_id);
-  const float top = sel_val[0];
-  float denom = 0.f;
-  if (a.softmax_first) {
-    float z = 0.f;
-#pragma unroll
-    for (int j = 0; j < kMaxPerLane; ++j)
-      if (lane + 32 * j < a.experts) z += __expf(raw[j] - top);
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) z += __shfl_xor_sync(0xffffffffu, z, off);
-    denom = z;
-    if (a.renormalize) {
-      denom = 0.f;
-#pragma unroll
-      for (int s = 0; s < kMaxTopk; ++s)
-        if (s < a.top_k) denom += __expf(sel_val[s] - top);
-    }
-  } else {
-#pragma unroll
-    for (int s = 0; s < kMaxTopk; ++s)
-      if (s < a.top_k) denom += __expf(sel_val[s] - top);
-  }
+  int my_id;
+  float my_weight;
+  warp_route_token(a.logits + static_cast<int64_t>(t) * a.experts, a.experts, a.top_k, a.softmax_first, a.renormalize,
+                   lane, my_id, my_weight);
   if (lane < a.top_k) {
-    float my_val = sel_val[0];
-    int my_id = sel_id[0];
-#pragma unroll
-    for (int s = 1; s < kMaxTopk; ++s)
-      if (s == lane) {
-        my_val = sel_val[s];
-        my_id = sel_id[s];
-      }
     const int p = t * a.top_k + lane;
     a.out.expert_ids[p] = my_id;
-    a.out.pair_weights[p] = __expf(my_val - top) / denom;
+    a.out.pair_weights[p] = my_weight;
     atomicAdd(&counts[my_id], 1);
   }
 }

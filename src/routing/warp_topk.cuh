@@ -62,4 +62,46 @@ __device__ __forceinline__ void warp_topk(const float* row, int experts, int top
   }
 }
 
+// The routing of one token by one warp: its top_k experts (slot order: descending logit) and their
+// weights, top-k then softmax or softmax over all E then top-k (optionally renormalised). On return,
+// lane s < top_k holds slot s: my_id and my_weight. The route kernel and the fused decode kernel
+// both call this, so they agree bit for bit.
+__device__ __forceinline__ void warp_route_token(const float* row, int experts, int top_k, bool softmax_first,
+                                                 bool renormalize, int lane, int& my_id, float& my_weight) {
+  float raw[kMaxPerLane];
+  float sel_val[kMaxTopk];
+  int sel_id[kMaxTopk];
+  warp_topk(row, experts, top_k, lane, raw, sel_val, sel_id);
+  const float top = sel_val[0];
+  float denom = 0.f;
+  if (softmax_first) {
+    float z = 0.f;
+#pragma unroll
+    for (int j = 0; j < kMaxPerLane; ++j)
+      if (lane + 32 * j < experts) z += __expf(raw[j] - top);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) z += __shfl_xor_sync(0xffffffffu, z, off);
+    denom = z;
+    if (renormalize) {
+      denom = 0.f;
+#pragma unroll
+      for (int s = 0; s < kMaxTopk; ++s)
+        if (s < top_k) denom += __expf(sel_val[s] - top);
+    }
+  } else {
+#pragma unroll
+    for (int s = 0; s < kMaxTopk; ++s)
+      if (s < top_k) denom += __expf(sel_val[s] - top);
+  }
+  float my_val = sel_val[0];
+  my_id = sel_id[0];
+#pragma unroll
+  for (int s = 1; s < kMaxTopk; ++s)
+    if (s == lane) {
+      my_val = sel_val[s];
+      my_id = sel_id[s];
+    }
+  my_weight = __expf(my_val - top) / denom;
+}
+
 }  // namespace mxmoe::routing

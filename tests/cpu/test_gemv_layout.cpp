@@ -11,6 +11,7 @@
 #include "kernels/common/mx_decode.cuh"
 #include "kernels/gemv/gemv.hpp"
 #include "kernels/gemv/gemv_layout.hpp"
+#include "kernels/gemv/slice_layout.hpp"
 #include "mxmoe/error.hpp"
 #include "mxmoe/formats.hpp"
 #include "test_support.hpp"
@@ -67,7 +68,15 @@ TEST_P(GemvLayout, EveryBlockLandsWhereTheKernelReadsIt) {
           for (int i = 0; i < 16; ++i) covered[static_cast<size_t>(w + i)] = true;
           covered[static_cast<size_t>(s)] = true;
           if (block < c.kblocks) {
-            ASSERT_EQ(std::memcmp(&packed[static_cast<size_t>(w)], &blocks[static_cast<size_t>((row * c.kblocks + block) * 16)], 16), 0)
+            // Each 32-bit word is stored bit-scattered for the kernel's decode (mx_decode.cuh).
+            uint8_t natural[16];
+            for (int i = 0; i < 4; ++i) {
+              uint32_t word;
+              std::memcpy(&word, &packed[static_cast<size_t>(w + 4 * i)], 4);
+              word = kernels::unpack_e2m1x8(word);
+              std::memcpy(natural + 4 * i, &word, 4);
+            }
+            ASSERT_EQ(std::memcmp(natural, &blocks[static_cast<size_t>((row * c.kblocks + block) * 16)], 16), 0)
                 << "tile " << tile << " chunk " << chunk << " lane " << lane << " half " << half;
             ASSERT_EQ(packed[static_cast<size_t>(s)], scales[static_cast<size_t>(row * c.kblocks + block)]);
           } else {  // padding past K: zero weights, scale 1.0
@@ -140,6 +149,30 @@ TEST(MxDecode, EveryCodeAtEveryPosition) {
     }
 }
 
+// The scattered word order: packing is a bijection, and the 8-instruction decode of a packed word
+// is exactly the reference decode of the natural word, for random words and every single nibble.
+TEST(MxDecode, PackedWordDecodesLikeTheNaturalWord) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  std::set<int> positions;
+  for (const auto& pair : kernels::kPackedBit)
+    for (const auto& half : pair)
+      for (const int bit : half) positions.insert(bit);
+  ASSERT_EQ(positions.size(), 32u) << "the scatter must use every bit once";
+  auto check = [](uint32_t q) {
+    uint32_t want[4], got[4];
+    kernels::decode_e2m1x8(q, want);
+    kernels::decode_e2m1x8_packed(kernels::pack_e2m1x8(q), got);
+    for (int j = 0; j < 4; ++j) ASSERT_EQ(got[j], want[j]) << std::hex << "word 0x" << q << " pair " << j;
+    ASSERT_EQ(kernels::unpack_e2m1x8(kernels::pack_e2m1x8(q)), q);
+  };
+  for (int i = 0; i < 100000; ++i) check(static_cast<uint32_t>(rng()));
+  for (int e = 0; e < 8; ++e)
+    for (uint32_t code = 0; code < 16; ++code) check(code << (4 * e));
+  check(0xFFFFFFFFu);
+}
+
 TEST(MxDecode, ScaleMultipliers) {
   for (uint32_t s = 0; s <= 128; ++s) {
     const uint32_t m = kernels::scale_multiplier_fast(s);
@@ -154,6 +187,62 @@ TEST(MxDecode, ScaleMultipliers) {
     ASSERT_EQ(b, std::ldexp(1.0f, static_cast<int>(s) - 128)) << s;
   }
   EXPECT_TRUE(std::isnan(bf16_bits_to_float(kernels::scale_multiplier(0xFF) & 0xFFFFu)));
+}
+
+// The decode path's GEMM2 layout: each lane's two words, decoded, must be the m16n8k16 A fragment
+// of its record's tile and K block (fragment mapping from the PTX ISA, written here independently of
+// slice_nibble_offset), and every byte of the expert must be read.
+TEST(SliceLayout, EveryNibbleLandsInItsMmaFragment) {
+  for (const auto [rows, kblocks] : {std::pair<int64_t, int64_t>{16, 1}, {48, 3}, {2880 / 10, 7}}) {
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE("rows " + std::to_string(rows) + " kblocks " + std::to_string(kblocks) + " seed " + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    std::vector<uint8_t> blocks(static_cast<size_t>(rows * kblocks * 16)), scales(static_cast<size_t>(rows * kblocks));
+    for (auto& b : blocks) b = static_cast<uint8_t>(rng());
+    for (auto& s : scales) s = static_cast<uint8_t>(rng() % 255);
+    const SliceShape shape = slice_shape(rows, kblocks);
+    ASSERT_EQ(shape.bytes(), kblocks * (rows / 16) * 272);
+    std::vector<uint8_t> packed(static_cast<size_t>(shape.bytes()), 0xAB);
+    pack_expert_slices(blocks.data(), scales.data(), shape, packed.data());
+    auto nibble_of = [&](int64_t row, int64_t k) {
+      return (blocks[static_cast<size_t>((row * kblocks + k / 32) * 16 + (k % 32) / 2)] >> (4 * (k % 2))) & 0xF;
+    };
+    std::vector<bool> covered(packed.size(), false);
+    for (int64_t f = 0; f < kblocks; ++f)
+      for (int64_t tile = 0; tile < rows / 16; ++tile) {
+        const int64_t record = (f * (rows / 16) + tile) * 272;
+        for (int lane = 0; lane < 32; ++lane) {
+          const int g = lane / 4, q = lane % 4;
+          for (int step = 0; step < 2; ++step) {
+            uint32_t word = 0;
+            std::memcpy(&word, &packed[static_cast<size_t>(record + lane * 8 + step * 4)], 4);
+            word = kernels::unpack_e2m1x8(word);
+            for (int i = 0; i < 4; ++i) covered[static_cast<size_t>(record + lane * 8 + step * 4 + i)] = true;
+            // decode_e2m1x8 output j holds elements (3 - j, 7 - j); fragment register a_j of the
+            // m16n8k16 A operand holds (row g + 8 (j % 2), k 2q + 8 (j / 2) and the next one).
+            for (int j = 0; j < 4; ++j)
+              for (int h = 0; h < 2; ++h) {
+                const int element = (3 - j) + 4 * h;
+                const int64_t row = tile * 16 + g + 8 * (j % 2);
+                const int64_t k = f * 32 + step * 16 + 2 * q + h + 8 * (j / 2);
+                ASSERT_EQ((word >> (4 * element)) & 0xF, static_cast<uint32_t>(nibble_of(row, k)))
+                    << "block " << f << " tile " << tile << " lane " << lane << " step " << step << " a" << j;
+              }
+          }
+          for (int half = 0; half < 2; ++half) {
+            const int64_t at = record + 256 + 2 * g + half;
+            covered[static_cast<size_t>(at)] = true;
+            ASSERT_EQ(packed[static_cast<size_t>(at)], scales[static_cast<size_t>((tile * 16 + g + 8 * half) * kblocks + f)]);
+          }
+        }
+      }
+    for (size_t i = 0; i < covered.size(); ++i) ASSERT_TRUE(covered[i]) << "byte " << i << " is not read by any lane";
+  }
+}
+
+TEST(SliceLayout, RejectsBadShapes) {
+  EXPECT_THROW(slice_shape(24, 2), Error);
+  EXPECT_THROW(slice_shape(32, 0), Error);
 }
 
 }  // namespace

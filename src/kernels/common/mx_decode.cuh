@@ -27,6 +27,53 @@ MXMOE_HD void decode_e2m1x8(uint32_t q, uint32_t (&out)[4]) {
   }
 }
 
+// The upload stores each 32-bit word of 8 nibbles in a scattered bit order (pack_e2m1x8) that the
+// kernels decode in 8 integer instructions instead of ~16: pairs 0, 1, 2 are one mask of the word
+// rotated by 0, 26 and 29 bits, and pair 3 is the four remaining bits of each half moved by one
+// multiply (shifts 3, 8 and 14 whose copies never overlap, so no carry) and a mask. The result is
+// exactly decode_e2m1x8 of the natural word. Bit positions of element 3-j (low half) and 7-j (high
+// half) of pair j, as (m, e0, e1, s) = nibble bits 0..3:
+inline constexpr int kPackedBit[4][2][4] = {
+    {{6, 7, 8, 15}, {22, 23, 24, 31}},
+    {{12, 13, 14, 21}, {28, 29, 30, 5}},
+    {{9, 10, 11, 18}, {25, 26, 27, 2}},
+    {{3, 4, 0, 1}, {19, 20, 16, 17}},
+};
+
+// Natural word (element i in bits 4i..4i+3) -> packed word.
+MXMOE_HD uint32_t pack_e2m1x8(uint32_t q) {
+  uint32_t out = 0;
+  for (int j = 0; j < 4; ++j)
+    for (int h = 0; h < 2; ++h)
+      for (int b = 0; b < 4; ++b) out |= ((q >> (4 * (3 - j + 4 * h) + b)) & 1u) << kPackedBit[j][h][b];
+  return out;
+}
+// Packed word -> natural word (the inverse, for tests and tools).
+MXMOE_HD uint32_t unpack_e2m1x8(uint32_t p) {
+  uint32_t out = 0;
+  for (int j = 0; j < 4; ++j)
+    for (int h = 0; h < 2; ++h)
+      for (int b = 0; b < 4; ++b) out |= ((p >> kPackedBit[j][h][b]) & 1u) << (4 * (3 - j + 4 * h) + b);
+  return out;
+}
+
+MXMOE_HD uint32_t rotate_left(uint32_t x, int r) {
+#if defined(__CUDA_ARCH__)
+  return __funnelshift_l(x, x, r);
+#else
+  return (x << r) | (x >> (32 - r));
+#endif
+}
+
+// decode_e2m1x8 of the natural word, from its packed form.
+MXMOE_HD void decode_e2m1x8_packed(uint32_t p, uint32_t (&out)[4]) {
+  constexpr uint32_t kField = 0x81C081C0u;  // bf16 bits 15 (sign) and 8..6 (e1 e0 m), both halves
+  out[0] = p & kField;
+  out[1] = rotate_left(p, 26) & kField;
+  out[2] = rotate_left(p, 29) & kField;
+  out[3] = ((p & 0x001B001Bu) * 0x4108u) & kField;
+}
+
 // bf16x2 multiplier for an e8m0 scale byte, to be applied to decode_e2m1x8 output. For scale <= 128
 // one multiply suffices; above that the caller applies scale_multiplier_high too. 0xFF gives NaN.
 MXMOE_HD uint32_t scale_multiplier(uint32_t scale) {

@@ -17,18 +17,13 @@
 #include "kernels/common/mx_decode.cuh"
 #include "kernels/common/pdl_launch.cuh"
 #include "kernels/gemv/gemv.hpp"
+#include "kernels/gemv/gemv_device.cuh"
 #include "kernels/gemv/gemv_layout.hpp"
 #include "moe/cuda_check.hpp"
 #include "routing/warp_topk.cuh"
 
 namespace mxmoe::gemv {
 namespace {
-
-using kernels::bf16x2_mul;
-using kernels::decode_e2m1x8;
-using kernels::mma_m16n8k16_bf16;
-using kernels::scale_multiplier;
-using kernels::scale_multiplier_high;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
@@ -44,88 +39,19 @@ constexpr int kMinStages = kDefaultStages;
 constexpr int kStageBytes = kStageChunks * kChunkBytes;
 __host__ __device__ constexpr int warp_ring_bytes(int stages) { return stages * kStageBytes; }
 
-// Bytes of one staged activation row: 128-byte aligned plus 64, so the 8 rows read by one
-// quarter-warp land in different banks.
-__host__ __device__ constexpr int act_row_stride(int chunks) { return chunks * kChunkK * 2 + 64; }
-__host__ __device__ constexpr int act_bytes(int chunks, int rows_cap) {
-  return (rows_cap * act_row_stride(chunks) + 127) / 128 * 128;
-}
-
 // Activation rows [first_row, first_row + rows) of the expert into shared memory, each group of 8
 // elements permuted to the decode pair order (3,7,2,6,1,5,0,4) and each chunk's groups ordered
 // (word, block). Groups past K are zeroed (they meet zero weights; garbage there could be NaN).
 // Rows past `rows` are left as they are: they feed only MMA columns that are never stored.
 template <bool kGemm1>
 __device__ void stage_rows(const GemvArgs& a, int first_row, int rows, const int* local_tokens, uint8_t* smem) {
-  const int groups_per_row = a.chunks * (kChunkK / 8);
   const int stride = act_row_stride(a.chunks);
   for (int r = 0; r < rows; ++r) {
     const int row = first_row + r;
     // GEMM1 reads the token's row: from the local routing, else from the permutation.
     const int64_t act_row = !kGemm1 ? row : local_tokens ? local_tokens[r] : a.row_pair[row] / a.top_k;
-    const uint16_t* src = a.act + act_row * a.k;
-    uint8_t* dst_row = smem + r * stride;
-    for (int g = threadIdx.x; g < groups_per_row; g += kThreads) {
-      const int k0 = g * 8;
-      // GEMM2's input is written by GEMM1 while this kernel may already be resident (programmatic
-      // dependent launch): read it past the non-coherent path (ld.global.cg), not with __ldg.
-      const uint4* p = reinterpret_cast<const uint4*>(src + k0);
-      const uint4 x = k0 >= a.k ? make_uint4(0, 0, 0, 0) : kGemm1 ? __ldg(p) : __ldcg(p);
-      uint4 y;
-      y.x = __byte_perm(x.y, x.w, 0x7632);  // (e3, e7)
-      y.y = __byte_perm(x.y, x.w, 0x5410);  // (e2, e6)
-      y.z = __byte_perm(x.x, x.z, 0x7632);  // (e1, e5)
-      y.w = __byte_perm(x.x, x.z, 0x5410);  // (e0, e4)
-      // g = chunk*16 + block*4 + word  ->  chunk*256 B + (word*4 + block)*16 B
-      const int chunk = g >> 4, block = (g >> 2) & 3, word = g & 3;
-      *reinterpret_cast<uint4*>(dst_row + chunk * (kChunkK * 2) + (word * 4 + block) * 16) = y;
-    }
+    stage_act_row<!kGemm1>(a.act + act_row * a.k, a.k, a.chunks, smem + r * stride, threadIdx.x, kThreads);
   }
-}
-
-// One chunk (K = 128) of one 16-row tile: 8 MMAs into two accumulator chains.
-// kWideScales: scale bytes above 128 (weights beyond +-12) or 0xFF (NaN) may occur, so the
-// multiplier needs the general form; the upload picks it only when the layer has such a byte.
-template <bool kWideScales>
-__device__ __forceinline__ void mma_chunk(const uint4& w_lo, const uint4& w_hi, uint32_t scales, const uint8_t* b_row,
-                                          float (&acc)[2][4]) {
-  const uint32_t s_lo = scales & 0xFFu, s_hi = (scales >> 8) & 0xFFu;
-  uint32_t m_lo, m_hi, h_lo = 0x3F803F80u, h_hi = 0x3F803F80u;
-  if constexpr (kWideScales) {
-    m_lo = scale_multiplier(s_lo);
-    m_hi = scale_multiplier(s_hi);
-    if (s_lo > 128u && s_lo != 0xFFu) h_lo = scale_multiplier_high(s_lo);
-    if (s_hi > 128u && s_hi != 0xFFu) h_hi = scale_multiplier_high(s_hi);
-  } else {
-    m_lo = kernels::scale_multiplier_fast(s_lo);
-    m_hi = kernels::scale_multiplier_fast(s_hi);
-  }
-  const uint32_t words_lo[4] = {w_lo.x, w_lo.y, w_lo.z, w_lo.w};
-  const uint32_t words_hi[4] = {w_hi.x, w_hi.y, w_hi.z, w_hi.w};
-#pragma unroll
-  for (int w = 0; w < 4; ++w) {
-    uint32_t lo[4], hi[4];
-    decode_e2m1x8(words_lo[w], lo);
-    decode_e2m1x8(words_hi[w], hi);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      lo[j] = bf16x2_mul(lo[j], m_lo);
-      hi[j] = bf16x2_mul(hi[j], m_hi);
-      if constexpr (kWideScales) {
-        lo[j] = bf16x2_mul(lo[j], h_lo);
-        hi[j] = bf16x2_mul(hi[j], h_hi);
-      }
-    }
-    const uint4 b = *reinterpret_cast<const uint4*>(b_row + w * 64);
-    mma_m16n8k16_bf16(acc[w & 1], lo[0], hi[0], lo[1], hi[1], b.x, b.y);
-    mma_m16n8k16_bf16(acc[w & 1], lo[2], hi[2], lo[3], hi[3], b.z, b.w);
-  }
-}
-
-__device__ __forceinline__ float swiglu(float gate, float linear, float alpha, float limit) {
-  gate = fminf(gate, limit);
-  linear = fminf(fmaxf(linear, -limit), limit);
-  return gate / (1.f + __expf(-alpha * gate)) * (linear + 1.f);
 }
 
 // The per-warp weight ring: stage s holds the records of chunks [c, c + kStageChunks) of the warp's

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "kernels/common/mx_decode.cuh"
 #include "mxmoe/error.hpp"
 
 namespace mxmoe::gemv {
@@ -54,6 +55,15 @@ void pack_expert(const uint8_t* blocks, const uint8_t* scales, const PackedShape
                     blocks + (row * shape.kblocks + block) * 16, 16);
         packed[packed_scale_offset(shape, tile, local_row, block)] = scales[row * shape.kblocks + block];
       }
+    }
+  // Every weight word into the kernels' scattered bit order (mx_decode.cuh).
+  for (int64_t r = 0; r < shape.tiles * shape.chunks; ++r)
+    for (int w = 0; w < kChunkWeightBytes / 4; ++w) {
+      uint8_t* at = packed + r * kChunkBytes + 4 * w;
+      uint32_t word;
+      std::memcpy(&word, at, 4);
+      word = kernels::pack_e2m1x8(word);
+      std::memcpy(at, &word, 4);
     }
 }
 

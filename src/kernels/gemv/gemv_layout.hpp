@@ -9,7 +9,9 @@
 //   byte  1024 + lane*2 + half       that block's e8m0 scale
 // GEMM1 rows are re-ordered so tile rows 0-7 are the gates and 8-15 the linears of intermediate
 // features 8*tile .. 8*tile+7: each lane then holds a (gate, linear) pair for the SwiGLU epilogue.
-// Blocks past K (when K is not a multiple of 128) are zero weights with scale 127 (1.0).
+// Blocks past K (when K is not a multiple of 128) are zero weights with scale 127 (1.0). Last, every
+// 32-bit weight word is stored in the bit order of pack_e2m1x8 (mx_decode.cuh), which the kernels
+// decode in half the instructions; the offsets below address the words before that scatter.
 #include <cstdint>
 
 namespace mxmoe::gemv {

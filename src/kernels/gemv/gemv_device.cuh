@@ -1,0 +1,96 @@
+#pragma once
+// Device pieces shared by the GEMV kernels (gemv_kernel.cu) and the fused decode kernel
+// (decode_kernel.cu): the staged activation layout, one K = 128 chunk of a 16-row tile, SwiGLU.
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/common/mma_bf16.cuh"
+#include "kernels/common/mx_decode.cuh"
+#include "kernels/gemv/gemv_layout.hpp"
+
+namespace mxmoe::gemv {
+
+// Bytes of one staged activation row: 128-byte aligned plus 64, so the 8 rows read by one
+// quarter-warp land in different banks.
+__host__ __device__ constexpr int act_row_stride(int chunks) { return chunks * kChunkK * 2 + 64; }
+__host__ __device__ constexpr int act_bytes(int chunks, int rows_cap) {
+  return (rows_cap * act_row_stride(chunks) + 127) / 128 * 128;
+}
+
+// One activation row of K elements into shared memory by `threads` threads, each group of 8
+// elements permuted to the decode pair order (3,7,2,6,1,5,0,4) and each chunk's groups ordered
+// (word, block), as mma_chunk reads them. Groups past K are zeroed (they meet zero weights; garbage
+// there could be NaN). kCoherent: the row may be written by a kernel still running (programmatic
+// dependent launch), so read it past the non-coherent path (ld.global.cg), not with __ldg.
+template <bool kCoherent>
+__device__ __forceinline__ void stage_act_row(const uint16_t* src, int k, int chunks, uint8_t* dst_row, int thread,
+                                              int threads) {
+  const int groups_per_row = chunks * (kChunkK / 8);
+  for (int g = thread; g < groups_per_row; g += threads) {
+    const int k0 = g * 8;
+    const uint4* p = reinterpret_cast<const uint4*>(src + k0);
+    const uint4 x = k0 >= k ? make_uint4(0, 0, 0, 0) : kCoherent ? __ldcg(p) : __ldg(p);
+    uint4 y;
+    y.x = __byte_perm(x.y, x.w, 0x7632);  // (e3, e7)
+    y.y = __byte_perm(x.y, x.w, 0x5410);  // (e2, e6)
+    y.z = __byte_perm(x.x, x.z, 0x7632);  // (e1, e5)
+    y.w = __byte_perm(x.x, x.z, 0x5410);  // (e0, e4)
+    // g = chunk*16 + block*4 + word  ->  chunk*256 B + (word*4 + block)*16 B
+    const int chunk = g >> 4, block = (g >> 2) & 3, word = g & 3;
+    *reinterpret_cast<uint4*>(dst_row + chunk * (kChunkK * 2) + (word * 4 + block) * 16) = y;
+  }
+}
+
+// The bf16x2 multipliers of one e8m0 scale byte (mx_decode.cuh): m always, h only for kWideScales
+// (scale bytes above 128 or 0xFF may occur; the upload picks it only when the layer has such a byte).
+template <bool kWideScales>
+__device__ __forceinline__ void scale_multipliers(uint32_t s, uint32_t& m, uint32_t& h) {
+  if constexpr (kWideScales) {
+    m = kernels::scale_multiplier(s);
+    h = s > 128u && s != 0xFFu ? kernels::scale_multiplier_high(s) : 0x3F803F80u;
+  } else {
+    m = kernels::scale_multiplier_fast(s);
+    h = 0x3F803F80u;
+  }
+}
+
+template <bool kWideScales>
+__device__ __forceinline__ uint32_t apply_scale(uint32_t v, uint32_t m, uint32_t h) {
+  v = kernels::bf16x2_mul(v, m);
+  if constexpr (kWideScales) v = kernels::bf16x2_mul(v, h);
+  return v;
+}
+
+// One chunk (K = 128) of one 16-row tile (gemv_layout.hpp): 8 MMAs into two accumulator chains.
+template <bool kWideScales>
+__device__ __forceinline__ void mma_chunk(const uint4& w_lo, const uint4& w_hi, uint32_t scales, const uint8_t* b_row,
+                                          float (&acc)[2][4]) {
+  uint32_t m_lo, m_hi, h_lo, h_hi;
+  scale_multipliers<kWideScales>(scales & 0xFFu, m_lo, h_lo);
+  scale_multipliers<kWideScales>((scales >> 8) & 0xFFu, m_hi, h_hi);
+  const uint32_t words_lo[4] = {w_lo.x, w_lo.y, w_lo.z, w_lo.w};
+  const uint32_t words_hi[4] = {w_hi.x, w_hi.y, w_hi.z, w_hi.w};
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    uint32_t lo[4], hi[4];
+    kernels::decode_e2m1x8_packed(words_lo[w], lo);
+    kernels::decode_e2m1x8_packed(words_hi[w], hi);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      lo[j] = apply_scale<kWideScales>(lo[j], m_lo, h_lo);
+      hi[j] = apply_scale<kWideScales>(hi[j], m_hi, h_hi);
+    }
+    const uint4 b = *reinterpret_cast<const uint4*>(b_row + w * 64);
+    kernels::mma_m16n8k16_bf16(acc[w & 1], lo[0], hi[0], lo[1], hi[1], b.x, b.y);
+    kernels::mma_m16n8k16_bf16(acc[w & 1], lo[2], hi[2], lo[3], hi[3], b.z, b.w);
+  }
+}
+
+__device__ __forceinline__ float swiglu(float gate, float linear, float alpha, float limit) {
+  gate = fminf(gate, limit);
+  linear = fminf(fmaxf(linear, -limit), limit);
+  return gate / (1.f + __expf(-alpha * gate)) * (linear + 1.f);
+}
+
+}  // namespace mxmoe::gemv
