@@ -31,18 +31,27 @@ struct PackedMatrix {
   int stages = gemv::kDefaultStages;  // weight ring stages
 };
 
+// Every expert's checkpoint blocks [rows, k/32, 16] and scales [rows, k/32] through `pack_one`
+// (expert bytes, blocks, scales, out) into one device buffer, experts `expert_bytes` apart.
+template <class PackOne>
+DeviceBuffer pack_experts(std::span<const uint8_t> blocks, std::span<const uint8_t> scales, int experts, int64_t rows,
+                          int64_t k, size_t expert_bytes, PackOne&& pack_one) {
+  std::vector<uint8_t> packed(expert_bytes * experts);
+  const auto src_w = static_cast<size_t>(rows * k / 2), src_s = static_cast<size_t>(rows * k / 32);
+  for (int e = 0; e < experts; ++e)
+    pack_one(blocks.data() + e * src_w, scales.data() + e * src_s, packed.data() + e * expert_bytes);
+  return DeviceBuffer(packed.data(), packed.size());
+}
+
 PackedMatrix upload(std::span<const uint8_t> blocks, std::span<const uint8_t> scales, std::span<const uint16_t> bias,
                     int experts, int64_t rows, int64_t k, bool swiglu_pairs) {
   PackedMatrix m;
   m.shape = gemv::packed_shape(rows, k / 32);
   m.wide_scales = gemv::needs_wide_scales(scales.data(), static_cast<int64_t>(scales.size()));
-  const auto stride = static_cast<size_t>(m.shape.bytes());
-  std::vector<uint8_t> packed(stride * experts);
-  const auto src_w = static_cast<size_t>(rows * k / 2), src_s = static_cast<size_t>(rows * k / 32);
-  for (int e = 0; e < experts; ++e)
-    gemv::pack_expert(blocks.data() + e * src_w, scales.data() + e * src_s, m.shape, swiglu_pairs,
-                      packed.data() + e * stride);
-  m.packed = DeviceBuffer(packed.data(), packed.size());
+  m.packed = pack_experts(blocks, scales, experts, rows, k, static_cast<size_t>(m.shape.bytes()),
+                          [&](const uint8_t* b, const uint8_t* s, uint8_t* out) {
+                            gemv::pack_expert(b, s, m.shape, swiglu_pairs, out);
+                          });
   if (!bias.empty()) m.bias = DeviceBuffer(bias.data(), bias.size_bytes());
   return m;
 }
@@ -51,12 +60,8 @@ PackedMatrix upload(std::span<const uint8_t> blocks, std::span<const uint8_t> sc
 DeviceBuffer upload_slices(std::span<const uint8_t> blocks, std::span<const uint8_t> scales, int experts, int64_t rows,
                            int64_t k) {
   const gemv::SliceShape shape = gemv::slice_shape(rows, k / 32);
-  const auto stride = static_cast<size_t>(shape.bytes());
-  std::vector<uint8_t> packed(stride * experts);
-  const auto src_w = static_cast<size_t>(rows * k / 2), src_s = static_cast<size_t>(rows * k / 32);
-  for (int e = 0; e < experts; ++e)
-    gemv::pack_expert_slices(blocks.data() + e * src_w, scales.data() + e * src_s, shape, packed.data() + e * stride);
-  return DeviceBuffer(packed.data(), packed.size());
+  return pack_experts(blocks, scales, experts, rows, k, static_cast<size_t>(shape.bytes()),
+                      [&](const uint8_t* b, const uint8_t* s, uint8_t* out) { gemv::pack_expert_slices(b, s, shape, out); });
 }
 
 // An integer tuning knob from the environment: 0 when unset or empty, else one of `allowed`

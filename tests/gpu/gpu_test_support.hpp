@@ -96,4 +96,40 @@ inline std::vector<uint16_t> run_on_gpu(const MoeRunner& runner, const std::vect
   return to_host<uint16_t>(d_out, static_cast<size_t>(tokens * h));
 }
 
+// Lifts a few blocks' scales by 2^12 (bytes above 128) in both GEMMs: the kernels' general
+// multiplier path.
+inline void lift_some_scales(MoeLayerData& layer) {
+  for (size_t i = 0; i < layer.w1_scales.size(); i += 37) layer.w1_scales[i] = static_cast<uint8_t>(layer.w1_scales[i] + 12);
+  for (size_t i = 5; i < layer.w2_scales.size(); i += 41) layer.w2_scales[i] = static_cast<uint8_t>(layer.w2_scales[i] + 12);
+}
+
+// Routes every token to expert 3 % E (its logit far above the rest).
+inline void route_every_token_to_one_expert(std::vector<float>& logits, int64_t tokens, int experts) {
+  for (int64_t t = 0; t < tokens; ++t) logits[static_cast<size_t>(t * experts + 3 % experts)] += 100.f;
+}
+
+// The output of a forward captured in a CUDA graph and replayed three times (output poisoned first).
+inline std::vector<uint16_t> run_graph_replay(const MoeRunner& runner, const std::vector<uint16_t>& hidden,
+                                              const std::vector<float>& logits, int64_t tokens) {
+  const size_t n = static_cast<size_t>(tokens * runner.config().hidden);
+  const DeviceBuffer d_hidden = to_device(hidden), d_logits = to_device(logits);
+  DeviceBuffer d_out(n * 2), ws(runner.workspace_bytes());
+  MXMOE_CUDA_CHECK(cudaMemset(d_out.get(), 0xFF, d_out.bytes()));
+  cudaStream_t stream;
+  MXMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  MXMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  runner.forward(d_hidden.get<uint16_t>(), d_logits.get<float>(), tokens, d_out.get<uint16_t>(), ws.get(), ws.bytes(),
+                 stream);
+  MXMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  MXMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < 3; ++i) MXMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  MXMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  return to_host<uint16_t>(d_out, n);
+}
+
 }  // namespace mxmoe::test

@@ -40,15 +40,10 @@ TEST_P(GpuLayer, MatchesReference) {
   std::mt19937_64 rng(seed);
   const MoeConfig cfg = make_config(c);
   MoeLayerData layer = MoeLayerData::random(cfg, seed, c.with_bias);
-  if (c.wide_scales) {
-    // Lift a few blocks' scales by 2^12 (bytes above 128) in both GEMMs.
-    for (size_t i = 0; i < layer.w1_scales.size(); i += 37) layer.w1_scales[i] = static_cast<uint8_t>(layer.w1_scales[i] + 12);
-    for (size_t i = 5; i < layer.w2_scales.size(); i += 41) layer.w2_scales[i] = static_cast<uint8_t>(layer.w2_scales[i] + 12);
-  }
+  if (c.wide_scales) lift_some_scales(layer);
   const auto hidden = random_hidden(c.tokens, cfg.hidden, rng);
   auto logits = random_logits(c.tokens, cfg.num_experts, rng);
-  if (c.one_expert)
-    for (int64_t t = 0; t < c.tokens; ++t) logits[static_cast<size_t>(t * cfg.num_experts + 3 % cfg.num_experts)] += 100.f;
+  if (c.one_expert) route_every_token_to_one_expert(logits, c.tokens, cfg.num_experts);
 
   const MoeRunner runner(cfg, layer.view(), gemv_options(std::max<int64_t>(c.tokens, 1)));
   const auto out = run_on_gpu(runner, hidden, logits, c.tokens);
@@ -97,25 +92,7 @@ TEST(GpuLayerDeterminism, EagerTwiceAndGraphReplayAgree) {
   const auto second = run_on_gpu(runner, hidden, logits, tokens);
   ASSERT_EQ(first, second) << "two eager runs differ";
 
-  const DeviceBuffer d_hidden = to_device(hidden), d_logits = to_device(logits);
-  DeviceBuffer d_out(first.size() * 2), ws(runner.workspace_bytes());
-  MXMOE_CUDA_CHECK(cudaMemset(d_out.get(), 0xFF, d_out.bytes()));
-  cudaStream_t stream;
-  MXMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  MXMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  runner.forward(d_hidden.get<uint16_t>(), d_logits.get<float>(), tokens, d_out.get<uint16_t>(), ws.get(), ws.bytes(),
-                 stream);
-  MXMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  MXMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int i = 0; i < 3; ++i) MXMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-  MXMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-  const auto replayed = to_host<uint16_t>(d_out, first.size());
-  EXPECT_EQ(first, replayed) << "graph replay differs from eager";
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
+  EXPECT_EQ(first, run_graph_replay(runner, hidden, logits, tokens)) << "graph replay differs from eager";
 }
 
 // Forwards of different T and routings back to back on one stream and one workspace, with no

@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <cstring>
 
 // The integer parts are host-callable too, so the CPU tests check them.
 #if defined(__CUDACC__)
@@ -48,6 +49,16 @@ MXMOE_HD uint32_t pack_e2m1x8(uint32_t q) {
       for (int b = 0; b < 4; ++b) out |= ((q >> (4 * (3 - j + 4 * h) + b)) & 1u) << kPackedBit[j][h][b];
   return out;
 }
+// Every 32-bit word of `words` little-endian words at `bytes` into the packed order (upload, host).
+inline void pack_e2m1_words(uint8_t* bytes, int64_t words) {
+  for (int64_t w = 0; w < words; ++w) {
+    uint32_t word;
+    std::memcpy(&word, bytes + 4 * w, 4);
+    word = pack_e2m1x8(word);
+    std::memcpy(bytes + 4 * w, &word, 4);
+  }
+}
+
 // Packed word -> natural word (the inverse, for tests and tools).
 MXMOE_HD uint32_t unpack_e2m1x8(uint32_t p) {
   uint32_t out = 0;

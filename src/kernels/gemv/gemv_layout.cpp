@@ -57,14 +57,7 @@ void pack_expert(const uint8_t* blocks, const uint8_t* scales, const PackedShape
       }
     }
   // Every weight word into the kernels' scattered bit order (mx_decode.cuh).
-  for (int64_t r = 0; r < shape.tiles * shape.chunks; ++r)
-    for (int w = 0; w < kChunkWeightBytes / 4; ++w) {
-      uint8_t* at = packed + r * kChunkBytes + 4 * w;
-      uint32_t word;
-      std::memcpy(&word, at, 4);
-      word = kernels::pack_e2m1x8(word);
-      std::memcpy(at, &word, 4);
-    }
+  for (int64_t r = 0; r < shape.tiles * shape.chunks; ++r) kernels::pack_e2m1_words(packed + r * kChunkBytes, kChunkWeightBytes / 4);
 }
 
 bool needs_wide_scales(const uint8_t* scales, int64_t count) {

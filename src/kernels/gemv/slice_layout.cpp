@@ -54,14 +54,7 @@ void pack_expert_slices(const uint8_t* blocks, const uint8_t* scales, const Slic
       packed[slice_scale_offset(shape, row, block)] = scales[row * shape.kblocks + block];
     }
   // Every weight word into the kernels' scattered bit order (mx_decode.cuh).
-  for (int64_t r = 0; r < shape.kblocks * shape.tiles; ++r)
-    for (int w = 0; w < kSliceWeightBytes / 4; ++w) {
-      uint8_t* at = packed + r * kSliceRecordBytes + 4 * w;
-      uint32_t word;
-      std::memcpy(&word, at, 4);
-      word = kernels::pack_e2m1x8(word);
-      std::memcpy(at, &word, 4);
-    }
+  for (int64_t r = 0; r < shape.kblocks * shape.tiles; ++r) kernels::pack_e2m1_words(packed + r * kSliceRecordBytes, kSliceWeightBytes / 4);
 }
 
 }  // namespace mxmoe::gemv
