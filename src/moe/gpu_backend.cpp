@@ -114,6 +114,10 @@ class GemvBackend final : public BackendImpl {
     MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
     // Tuning knob: force the GEMV split-K instead of the cost model's choice (0: not set).
     ksplit_override_ = env_choice("MXMOE_GEMV_KSPLIT", {1, 2, 4, 8});
+    // Tuning knob: the largest T whose combine GEMM2 does (0: always the combine kernel).
+    fused_combine_tokens_ = gemv::kDefaultFusedCombineTokens;
+    if (const char* env = std::getenv("MXMOE_FUSED_COMBINE_TOKENS"); env != nullptr && *env != '\0')
+      fused_combine_tokens_ = env_choice("MXMOE_FUSED_COMBINE_TOKENS", {0, 1, 2, 3, 4, 5, 6, 7, 8});
     gemv::configure(static_cast<size_t>(smem_optin));
     device_ = device;
     // The fused decode path (kernels/gemv/decode.hpp) up to MXMOE_DECODE_TOKENS tokens (0: off).
@@ -158,12 +162,16 @@ class GemvBackend final : public BackendImpl {
       forward_decode(hidden, router_logits, tokens, out, ws, stream, stages);
       return;
     }
-    routing::route_and_permute(config_, router_logits, tokens, ws.routing, stream);
+    // Small T: both GEMMs route the tokens themselves (no route kernel), and GEMM2 does the combine.
+    const bool local_route = tokens <= gemv::kLocalRouteTokens;
+    const bool fused_combine = tokens <= fused_combine_tokens_;
+    if (!local_route) routing::route_and_permute(config_, router_logits, tokens, ws.routing, stream);
     if (stages < 2) return;
 
     const int max_active = static_cast<int>(std::min<int64_t>(config_.num_experts, tokens * config_.top_k));
     gemv::GemvArgs a;
     a.row_pair = ws.routing.row_pair;
+    a.pair_row = ws.routing.pair_row;
     a.top_k = config_.top_k;
     a.expert_offsets = ws.routing.expert_offsets;
     a.active_experts = ws.routing.active_experts;
@@ -173,21 +181,26 @@ class GemvBackend final : public BackendImpl {
     a.limit = config_.swiglu_limit;
     a.sm_count = sm_count_;
     a.ksplit_override = ksplit_override_;
+    a.logits = local_route ? router_logits : nullptr;
+    a.experts = config_.num_experts;
+    a.softmax_first = config_.routing == RoutingOrder::SoftmaxThenTopk;
+    a.renormalize = config_.renormalize;
+    a.combine_counters = ws.combine_counters;
+    a.combine_counter_count = fused_combine ? gemv::combine_counters_needed(config_.hidden) : 0;
 
     bind(a, w1_, static_cast<int>(2 * config_.intermediate), config_.hidden);
     a.act = hidden;
     a.out = ws.intermediate;
-    a.logits = router_logits;
-    a.experts = config_.num_experts;
     gemv::launch_gemm1(a, tokens, max_active, stream);
-    a.logits = nullptr;
     if (stages < 3) return;
 
     bind(a, w2_, config_.hidden, config_.intermediate);
     a.act = ws.intermediate;
     a.out = ws.expert_rows;
+    a.combine_out = fused_combine ? out : nullptr;
+    a.pair_row_out = ws.routing.pair_row;
     gemv::launch_gemm2(a, tokens, max_active, stream);
-    if (stages < 4) return;
+    if (stages < 4 || fused_combine) return;
 
     routing::combine_rows(ws.expert_rows, ws.routing.pair_row, tokens, config_.top_k, config_.hidden, out, stream);
   }
@@ -207,6 +220,8 @@ class GemvBackend final : public BackendImpl {
     os << ", gemm2 ksplit " << gemv::ksplit_for(a, max_active) << ", " << max_active << " expert slots";
     if (w1_.stages != gemv::kDefaultStages || w2_.stages != gemv::kDefaultStages)
       os << ", ring stages " << w1_.stages << "/" << w2_.stages;
+    if (tokens <= gemv::kLocalRouteTokens) os << ", routed in both gemms";
+    if (tokens <= fused_combine_tokens_) os << ", combine in gemm2";
     return os.str();
   }
 
@@ -281,6 +296,7 @@ class GemvBackend final : public BackendImpl {
   int sm_count_ = 0;
   int device_ = 0;
   int ksplit_override_ = 0;
+  int fused_combine_tokens_ = gemv::kDefaultFusedCombineTokens;
 };
 
 }  // namespace

@@ -18,12 +18,13 @@ struct BoundWorkspace {
   float* decode_partials;  // decode_floats fp32
   int32_t* pair_slot;      // [T*k]
   int32_t* slot_expert;    // [min(E, T*k)]
+  int32_t* combine_counters;  // [ceil(H/16)] the combine in GEMM2 (gemv.hpp)
 };
 
 struct WorkspaceLayout {
   size_t expert_ids = 0, pair_weights = 0, expert_offsets = 0, active_experts = 0, active_count = 0, row_pair = 0,
          pair_row = 0, global_counts = 0, intermediate = 0, expert_rows = 0, decode_partials = 0, pair_slot = 0,
-         slot_expert = 0, total = 0;
+         slot_expert = 0, combine_counters = 0, total = 0;
 
   // decode_floats: the fused decode path's partial sums for this T (0 when it is not used).
   WorkspaceLayout(const MoeConfig& config, int64_t tokens, size_t decode_floats = 0) {
@@ -47,6 +48,7 @@ struct WorkspaceLayout {
     decode_partials = take(decode_floats * 4);
     pair_slot = take(pairs * 4);
     slot_expert = take(pairs * 4);
+    combine_counters = take(static_cast<size_t>(config.hidden + 15) / 16 * 4);
   }
 
   BoundWorkspace bind(void* base) const {
@@ -66,6 +68,7 @@ struct WorkspaceLayout {
     w.decode_partials = reinterpret_cast<float*>(b + decode_partials);
     w.pair_slot = reinterpret_cast<int32_t*>(b + pair_slot);
     w.slot_expert = reinterpret_cast<int32_t*>(b + slot_expert);
+    w.combine_counters = reinterpret_cast<int32_t*>(b + combine_counters);
     return w;
   }
 };

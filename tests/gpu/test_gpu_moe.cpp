@@ -95,6 +95,46 @@ TEST(GpuLayerDeterminism, EagerTwiceAndGraphReplayAgree) {
   EXPECT_EQ(first, run_graph_replay(runner, hidden, logits, tokens)) << "graph replay differs from eager";
 }
 
+// Small T takes other launch sequences: T <= 2 routes inside both GEMMs (no route kernel), and up to
+// MXMOE_FUSED_COMBINE_TOKENS GEMM2's last blocks combine (no combine kernel). A token's output must
+// not depend on which: with the split-K pinned, T = 1, 2, 5, 8 give the same bits as the first rows of
+// T = 9 (route kernel, combine kernel) on the same tokens, with the combine fused up to T = 8 and never;
+// and each small T gives the same bits eager twice and in a graph replayed three times (the combine
+// counters are cleared every forward).
+TEST(GpuLayerPaths, SmallBatchSequencesGiveTheGeneralPathsBits) {
+  MXMOE_SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const MoeConfig cfg = mxmoe::test::make_config(32, 4, 512, 384);
+  const MoeLayerData layer = MoeLayerData::random(cfg, seed);
+  const int64_t general = 9;
+  const auto hidden = random_hidden(general, cfg.hidden, rng);
+  const auto logits = random_logits(general, cfg.num_experts, rng);
+  for (const char* ksplit : {"1", "4"})
+  for (const char* fused : {"0", "8"}) {
+    SCOPED_TRACE(std::string("MXMOE_GEMV_KSPLIT=") + ksplit + " MXMOE_FUSED_COMBINE_TOKENS=" + fused);
+    ASSERT_EQ(setenv("MXMOE_GEMV_KSPLIT", ksplit, 1), 0);
+    ASSERT_EQ(setenv("MXMOE_FUSED_COMBINE_TOKENS", fused, 1), 0);
+    const MoeRunner runner(cfg, layer.view(), gemv_options(general));
+    unsetenv("MXMOE_GEMV_KSPLIT");
+    unsetenv("MXMOE_FUSED_COMBINE_TOKENS");
+    EXPECT_EQ(runner.describe_plan(8).find("combine in gemm2") != std::string::npos, std::string(fused) == "8")
+        << runner.describe_plan(8);
+    const auto full = run_on_gpu(runner, hidden, logits, general);
+    for (const int64_t t : {1, 2, 5, 8}) {
+      SCOPED_TRACE("T = " + std::to_string(t));
+      const std::vector<uint16_t> h(hidden.begin(), hidden.begin() + t * cfg.hidden);
+      const std::vector<float> l(logits.begin(), logits.begin() + t * cfg.num_experts);
+      const auto out = run_on_gpu(runner, h, l, t);
+      ASSERT_EQ(out, std::vector<uint16_t>(full.begin(), full.begin() + t * cfg.hidden))
+          << "differs from the first rows of T = " << general;
+      EXPECT_EQ(out, run_on_gpu(runner, h, l, t)) << "two eager runs differ";
+      EXPECT_EQ(out, run_graph_replay(runner, h, l, t)) << "graph replay differs from eager";
+    }
+  }
+}
+
 // Forwards of different T and routings back to back on one stream and one workspace, with no
 // synchronisation between them: programmatic dependent launch and the per-T workspace layout must not
 // let one forward see another's routing or intermediate.
@@ -183,6 +223,15 @@ TEST(GpuLayerErrors, RefusesRingStagesThatDoNotFit) {
   ASSERT_EQ(setenv("MXMOE_GEMV_STAGES", "3", 1), 0);
   expect_error_naming([&] { MoeRunner(cfg, layer.view(), gemv_options(1)); }, "MXMOE_GEMV_STAGES");
   unsetenv("MXMOE_GEMV_STAGES");
+}
+
+TEST(GpuLayerErrors, RejectsAnUnknownFusedCombineLimit) {
+  MXMOE_SKIP_WITHOUT_GPU();
+  const MoeConfig cfg = MoeConfig::tiny();
+  const MoeLayerData layer = MoeLayerData::random(cfg, fresh_seed());
+  ASSERT_EQ(setenv("MXMOE_FUSED_COMBINE_TOKENS", "9", 1), 0);
+  expect_error_naming([&] { MoeRunner(cfg, layer.view(), gemv_options(4)); }, "MXMOE_FUSED_COMBINE_TOKENS");
+  unsetenv("MXMOE_FUSED_COMBINE_TOKENS");
 }
 
 TEST(GpuLayerErrors, RejectsHostPointersAndSmallWorkspace) {

@@ -29,13 +29,32 @@ struct GemvArgs {
   int ksplit_override = 0;           // 1, 2, 4 or 8 forces the split-K (MXMOE_GEMV_KSPLIT, for tuning)
   int stages = 2;                    // weight ring stages: kDefaultStages, or MXMOE_GEMV_STAGES
   bool wide_scales = false;          // some scale byte is > 128 or 0xFF: the general multiplier path
-  // GEMM1's local routing (small T, see gemv_kernel.cu): the router logits [T, E] fp32;
-  // launch_gemm1 sets the rest.
+  int tokens = 0;                     // T (the launchers set it)
+  // Local routing (T <= kLocalRouteTokens, both GEMMs, no route kernel): the router logits [T, E]
+  // fp32 and the routing order; the launchers set local_route.
   const float* logits = nullptr;
   int experts = 0;
-  int tokens = 0;
+  bool softmax_first = false, renormalize = false;
   bool local_route = false;
+  // The combine in GEMM2 (T <= kFusedCombineTokens): GEMM1 clears `combine_counters` (one per GEMM2
+  // column group, combine_counter_count of them); the last GEMM2 block of each column group to finish
+  // sums every token's k rows in slot order into `combine_out` (bf16 [T, H]). Null: no combine.
+  int32_t* combine_counters = nullptr;
+  int combine_counter_count = 0;
+  uint16_t* combine_out = nullptr;
+  const int32_t* pair_row = nullptr;  // pair -> sorted row (route kernel), read by the fused combine
+  int32_t* pair_row_out = nullptr;    // GEMM2 routed locally without the combine: writes pair -> row here
 };
+
+// Up to this T both GEMMs route the tokens themselves (every block repeats the top-k of T tokens) and
+// no route kernel runs: measured on an H200 (docs/perf-log.md).
+inline constexpr int64_t kLocalRouteTokens = 2;
+// GEMM2 can also do the combine (its last block per column group) up to this T, and then no combine
+// kernel runs. The runner's default is kDefaultFusedCombineTokens (MXMOE_FUSED_COMBINE_TOKENS tunes it).
+inline constexpr int64_t kFusedCombineTokens = 8;
+inline constexpr int kDefaultFusedCombineTokens = 2;
+// GEMM2's column groups, at most: the size of the combine counters.
+inline int combine_counters_needed(int hidden) { return (hidden + 15) / 16; }
 
 // Dynamic shared memory one block needs for K (8 activation rows, permuted and padded, and the
 // weight rings of `stages` stages).
@@ -57,7 +76,8 @@ void configure(size_t smem_per_block_optin);
 // its launch overlaps the predecessor's tail.
 // GEMM1 + bias + clamped interleaved SwiGLU -> bf16 intermediate.
 void launch_gemm1(const GemvArgs& args, int64_t tokens, int max_active, cudaStream_t stream);
-// GEMM2 + bias, times the routing weight -> fp32 rows for the combine.
+// GEMM2 + bias, times the routing weight -> fp32 rows for the combine (and the combine itself when
+// args.combine_out is set).
 void launch_gemm2(const GemvArgs& args, int64_t tokens, int max_active, cudaStream_t stream);
 // The K split the launch would use (for plan descriptions).
 int ksplit_for(const GemvArgs& args, int max_active);

@@ -28,9 +28,6 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kBatchRows = 8;     // MMA N
-// GEMM1 routes locally up to this T: measured on an H200, it saves ~1 us at T = 1 and 2, and costs
-// time from T = 4 on (every block repeats the top-k before it can stream).
-constexpr int kLocalRouteTokens = 2;
 constexpr int kStageChunks = 2;   // chunks per pipeline stage (one bulk copy of 2 KiB + 128 B)
 // Ring stages per warp, a template parameter (each count is its own kernel): 2 by default
 // (kDefaultStages), 3 when forced where it fits.
@@ -44,12 +41,12 @@ __host__ __device__ constexpr int warp_ring_bytes(int stages) { return stages * 
 // (word, block). Groups past K are zeroed (they meet zero weights; garbage there could be NaN).
 // Rows past `rows` are left as they are: they feed only MMA columns that are never stored.
 template <bool kGemm1>
-__device__ void stage_rows(const GemvArgs& a, int first_row, int rows, const int* local_tokens, uint8_t* smem) {
+__device__ void stage_rows(const GemvArgs& a, int first_row, int rows, const int* local_pairs, uint8_t* smem) {
   const int stride = act_row_stride(a.chunks);
   for (int r = 0; r < rows; ++r) {
     const int row = first_row + r;
-    // GEMM1 reads the token's row: from the local routing, else from the permutation.
-    const int64_t act_row = !kGemm1 ? row : local_tokens ? local_tokens[r] : a.row_pair[row] / a.top_k;
+    // GEMM1 reads the token's row: its pair from the local routing, else from the permutation.
+    const int64_t act_row = !kGemm1 ? row : (local_pairs ? local_pairs[r] : a.row_pair[row]) / a.top_k;
     stage_act_row<!kGemm1>(a.act + act_row * a.k, a.k, a.chunks, smem + r * stride, threadIdx.x, kThreads);
   }
 }
@@ -77,50 +74,94 @@ struct WeightRing {
   }
 };
 
-// GEMM1's own routing for T <= kLocalRouteTokens: every block selects the experts of the T tokens
-// itself (the same warp_topk as the route kernel, so the same answer), finds its slot's expert, the
-// expert's first row (pairs routed to lower experts) and the tokens of its rows. The block can then
-// request its weights without waiting for the route kernel. info = {expert or -1, row0, rows}.
-__device__ void local_routing(const GemvArgs& a, int slot, int* ids, unsigned* bitmap, int* info, int* row_tokens) {
+// The routing of T <= kLocalRouteTokens tokens, computed by every block of both GEMMs (the same
+// warp_route_token as the route kernel, so the same answer bit for bit) instead of a route kernel.
+struct LocalRouting {
+  int ids[kLocalRouteTokens * routing::kMaxTopk];        // pair -> expert
+  float weights[kLocalRouteTokens * routing::kMaxTopk];  // pair -> routing weight
+  int pair_row[kLocalRouteTokens * routing::kMaxTopk];   // pair -> sorted row (expert, token, slot)
+  unsigned bitmap[routing::kMaxExperts / 32];            // experts with a pair
+  int expert, row0, rows;                                // this block's slot: expert or -1, its rows
+  int active;                                            // experts with a pair
+  int row_pair[kLocalRouteTokens];                       // the slot's rows -> pair (an expert has <= T rows)
+};
+
+__device__ void local_routing(const GemvArgs& a, int slot, LocalRouting& r) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int pairs = a.tokens * a.top_k;
-  if (threadIdx.x < routing::kMaxExperts / 32) bitmap[threadIdx.x] = 0;
-  if (threadIdx.x == 0) info[0] = -1;
+  if (threadIdx.x < routing::kMaxExperts / 32) r.bitmap[threadIdx.x] = 0;
+  if (threadIdx.x == 0) r.expert = -1;
   __syncthreads();
   if (warp < a.tokens) {
-    float raw[routing::kMaxPerLane], sel_val[routing::kMaxTopk];
-    int sel_id[routing::kMaxTopk];
-    routing::warp_topk(a.logits + static_cast<int64_t>(warp) * a.experts, a.experts, a.top_k, lane, raw, sel_val, sel_id);
-#pragma unroll
-    for (int s = 0; s < routing::kMaxTopk; ++s)
-      if (s < a.top_k && lane == s) {
-        ids[warp * a.top_k + s] = sel_id[s];
-        atomicOr(&bitmap[sel_id[s] / 32], 1u << (sel_id[s] % 32));
-      }
+    int my_id;
+    float my_weight;
+    routing::warp_route_token(a.logits + static_cast<int64_t>(warp) * a.experts, a.experts, a.top_k, a.softmax_first,
+                              a.renormalize, lane, my_id, my_weight);
+    if (lane < a.top_k) {
+      const int p = warp * a.top_k + lane;
+      r.ids[p] = my_id;
+      r.weights[p] = my_weight;
+      atomicOr(&r.bitmap[my_id / 32], 1u << (my_id % 32));
+    }
   }
   __syncthreads();
   const int i = threadIdx.x;
   int rank_same = 0;
   if (i < pairs) {
-    const int e = ids[i];
+    const int e = r.ids[i];
     int below = 0, same = 0;
     for (int j = 0; j < pairs; ++j) {
-      const int f = ids[j];
+      const int f = r.ids[j];
       below += f < e;
       same += f == e;
       rank_same += f == e && j < i;
     }
-    int experts_below = __popc(bitmap[e / 32] & ((1u << (e % 32)) - 1u));
-    for (int w = 0; w < e / 32; ++w) experts_below += __popc(bitmap[w]);
+    r.pair_row[i] = below + rank_same;
+    int experts_below = __popc(r.bitmap[e / 32] & ((1u << (e % 32)) - 1u));
+    for (int w = 0; w < e / 32; ++w) experts_below += __popc(r.bitmap[w]);
     if (rank_same == 0 && experts_below == slot) {
-      info[0] = e;
-      info[1] = below;
-      info[2] = same;
+      r.expert = e;
+      r.row0 = below;
+      r.rows = same;
     }
   }
+  if (threadIdx.x == 0) {
+    int active = 0;
+    for (int w = 0; w < (a.experts + 31) / 32; ++w) active += __popc(r.bitmap[w]);
+    r.active = active;
+  }
   __syncthreads();
-  if (i < pairs && ids[i] == info[0]) row_tokens[rank_same] = i / a.top_k;
+  if (i < pairs && r.ids[i] == r.expert) r.row_pair[rank_same] = i;
   __syncthreads();
+}
+
+// The combine in GEMM2, by the last block of a column group to finish (blocks count themselves on
+// the group's counter after their rows are out): each token's k rows of the group's columns summed in
+// slot order in fp32, the same sums as the combine kernel (routing/combine.cu), bf16 out.
+__device__ void combine_columns(const GemvArgs& a, const LocalRouting* local, int tiles_per_block) {
+  const int col0 = static_cast<int>(blockIdx.x) * tiles_per_block * kTileRows;
+  const int quads = min(tiles_per_block * kTileRows, a.n - col0) / 4;
+  const float* rows = static_cast<const float*>(a.out);
+  for (int i = threadIdx.x; i < a.tokens * quads; i += kThreads) {
+    const int t = i / quads, col = col0 + (i % quads) * 4;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int s = 0; s < a.top_k; ++s) {
+      const int p = t * a.top_k + s;
+      const int64_t row = local ? local->pair_row[p] : a.pair_row[p];
+      // Rows of other blocks of this grid: read at L2, past any stale L1 line.
+      const float4 v = __ldcg(reinterpret_cast<const float4*>(rows + row * a.n + col));
+      acc.x += v.x;
+      acc.y += v.y;
+      acc.z += v.z;
+      acc.w += v.w;
+    }
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(acc.x, acc.y);
+    const __nv_bfloat162 hi = __floats2bfloat162_rn(acc.z, acc.w);
+    uint2 packed;
+    packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+    packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+    *reinterpret_cast<uint2*>(a.combine_out + static_cast<int64_t>(t) * a.n + col) = packed;
+  }
 }
 
 template <bool kGemm1, bool kWideScales, int kStages>
@@ -136,22 +177,21 @@ __global__ void __launch_bounds__(kThreads, 3) gemv_kernel(const GemvArgs a, con
   // Programmatic dependent launch (docs/gpu-pipeline.md). Every kernel triggers its dependant only
   // after its own cudaGridDependencySynchronize, so when GEMM2 starts, GEMM1 is running and the
   // routing that GEMM1 waited for is complete: GEMM2 may read the routing and request its first
-  // weight stages before waiting for GEMM1's output. GEMM1 starts while the route kernel runs: it
-  // routes locally (small T) or waits for the route kernel before reading its results.
-  __shared__ int local_ids[kLocalRouteTokens * routing::kMaxTopk];
-  __shared__ unsigned local_bitmap[routing::kMaxExperts / 32];
-  __shared__ int local_info[3];
-  __shared__ int local_tokens[kBatchRows];
-  const bool local = kGemm1 && a.local_route;
+  // weight stages before waiting for GEMM1's output. GEMM1 starts while the route kernel runs and
+  // waits for it before reading its results. At T <= kLocalRouteTokens there is no route kernel:
+  // every block of both GEMMs routes the tokens itself, before it waits for anything.
+  __shared__ LocalRouting local_route;
+  __shared__ bool last_of_group;
+  const bool local = a.local_route;
   const int slot = blockIdx.y;
   bool active;
   int expert, row0, rows;
   if (local) {
-    local_routing(a, slot, local_ids, local_bitmap, local_info, local_tokens);
-    active = local_info[0] >= 0;
-    expert = active ? local_info[0] : 0;
-    row0 = local_info[1];
-    rows = active ? local_info[2] : 0;
+    local_routing(a, slot, local_route);
+    active = local_route.expert >= 0;
+    expert = active ? local_route.expert : 0;
+    row0 = local_route.row0;
+    rows = active ? local_route.rows : 0;
   } else {
     if constexpr (kGemm1) cudaGridDependencySynchronize();
     active = slot < *a.active_count;
@@ -180,6 +220,15 @@ __global__ void __launch_bounds__(kThreads, 3) gemv_kernel(const GemvArgs a, con
     for (int grp = 0; grp < min(kStages, groups); ++grp) ring.issue(grp);
   if (!kGemm1 || local) cudaGridDependencySynchronize();
   cudaTriggerProgrammaticLaunchCompletion();
+  // The previous forward's GEMM2 is complete (the wait above), and this forward's GEMM2 reads the
+  // counters only after its own wait for this grid: clear them here.
+  if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) {
+    if (kGemm1)
+      for (int i = threadIdx.x; i < a.combine_counter_count; i += kThreads) a.combine_counters[i] = 0;
+    // Routed locally, but a combine kernel follows: it needs each pair's row.
+    if (!kGemm1 && local && a.combine_out == nullptr && threadIdx.x < a.tokens * a.top_k)
+      a.pair_row_out[threadIdx.x] = local_route.pair_row[threadIdx.x];
+  }
   if (!active) return;
   // Lanes whose batch row is past rows_cap read row 0: their MMA column is never stored.
   const uint8_t* b_base = smem + min(g, rows_cap - 1) * stride + q * 16;
@@ -189,7 +238,7 @@ __global__ void __launch_bounds__(kThreads, 3) gemv_kernel(const GemvArgs a, con
     // Later batches re-stream the tile: request their first stages before staging the rows.
     if (lane == 0 && batch != static_cast<int>(blockIdx.z) * kBatchRows)
       for (int grp = 0; grp < min(kStages, groups); ++grp) ring.issue(grp);
-    stage_rows<kGemm1>(a, row0 + batch, batch_rows, local ? local_tokens + batch : nullptr, smem);
+    stage_rows<kGemm1>(a, row0 + batch, batch_rows, local ? local_route.row_pair + batch : nullptr, smem);
     __syncthreads();
     float chains[2][4] = {};
     for (int grp = 0; grp < groups; ++grp) {
@@ -243,7 +292,8 @@ __global__ void __launch_bounds__(kThreads, 3) gemv_kernel(const GemvArgs a, con
           const float act = swiglu(gate, linear, a.alpha, a.limit);
           static_cast<__nv_bfloat16*>(a.out)[row * (a.n / 2) + feature] = __float2bfloat16_rn(act);
         } else {
-          const float weight = a.pair_weights[a.row_pair[row]];
+          const float weight =
+              local ? local_route.weights[local_route.row_pair[batch + r]] : a.pair_weights[a.row_pair[row]];
           float* out = static_cast<float*>(a.out) + row * a.n + tile * kTileRows + g;
           float y0 = acc[j], y1 = acc[2 + j];
           if (a.bias) {
@@ -257,6 +307,22 @@ __global__ void __launch_bounds__(kThreads, 3) gemv_kernel(const GemvArgs a, con
       }
     }
     __syncthreads();  // the staged rows and partial sums are reused by the next batch
+  }
+  if constexpr (!kGemm1) {
+    if (a.combine_out == nullptr) return;
+    // Every active block of the column group arrives once, after all its rows are written: the
+    // barrier orders the block's stores before thread 0's fence and count (CUTLASS's semaphore
+    // pattern); the last to arrive fences again before its threads read the group's rows.
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence();
+      const int active_count = local ? local_route.active : *a.active_count;
+      last_of_group = atomicAdd(&a.combine_counters[blockIdx.x], 1) == active_count * static_cast<int>(gridDim.z) - 1;
+      if (last_of_group) __threadfence();
+    }
+    __syncthreads();
+    if (!last_of_group) return;
+    combine_columns(a, local ? &local_route : nullptr, tiles_per_block);
   }
 }
 
@@ -369,7 +435,15 @@ void launch_gemm1(const GemvArgs& args, int64_t tokens, int max_active, cudaStre
   launch<true>(a, tokens, max_active, stream);
 }
 void launch_gemm2(const GemvArgs& args, int64_t tokens, int max_active, cudaStream_t stream) {
-  launch<false>(args, tokens, max_active, stream);
+  GemvArgs a = args;
+  a.tokens = static_cast<int>(tokens);
+  a.local_route = tokens <= kLocalRouteTokens && a.logits != nullptr;
+  MXMOE_REQUIRE(a.combine_out == nullptr || (tokens <= kFusedCombineTokens && a.combine_counters != nullptr &&
+                                             (a.local_route || a.pair_row != nullptr)),
+                "gemv: the combine in GEMM2 needs T <= ", kFusedCombineTokens, ", its counters and the pair rows");
+  MXMOE_REQUIRE(!a.local_route || a.combine_out != nullptr || a.pair_row_out != nullptr,
+                "gemv: GEMM2 routed locally must write the pair rows for the combine kernel");
+  launch<false>(a, tokens, max_active, stream);
 }
 
 int ksplit_for(const GemvArgs& args, int max_active) {
