@@ -20,13 +20,15 @@ using cudaStream_t = CUstream_st*;
 namespace mxmoe {
 
 enum class Backend {
-  Auto,       // the best backend for the machine: GPU kernels when a GPU is present, else Reference
+  Auto,       // the best for the machine: on a GPU the planner picks a kernel family per forward
+              // (GEMV for few rows per expert, the tensor-core family above); without one, Reference
   Reference,  // the CPU reference (host pointers)
-  Gemv,       // GPU: W4A16 grouped GEMV family (decode-sized batches; any batch works)
+  Gemv,       // GPU: W4A16 grouped GEMV family at every batch (decode-sized batches; any batch works)
+  Mma,        // GPU: W4A16 tensor-core grouped GEMM family (Bf16Atom) at every batch
 };
 
 std::string to_string(Backend backend);
-// Case-insensitive ("auto", "reference", "gemv"); unknown names throw an Error listing valid ones.
+// Case-insensitive ("auto", "reference", "gemv", "mma"); unknown names throw an Error listing valid ones.
 Backend parse_backend(std::string_view name);
 std::vector<std::string> backend_names();
 // Whether the backend runs on the GPU (its forward takes device pointers).

@@ -20,6 +20,7 @@ constexpr std::array kBackendNames{
     BackendName{Backend::Auto, "auto"},
     BackendName{Backend::Reference, "reference"},
     BackendName{Backend::Gemv, "gemv"},
+    BackendName{Backend::Mma, "mma"},
 };
 
 std::string lower(std::string_view s) {
@@ -55,7 +56,8 @@ Backend parse_backend(std::string_view name) {
   detail::throw_error("backend: unknown name '", name, "'; valid backends are: ", joined_names());
 }
 
-bool backend_on_gpu(Backend backend) { return backend != Backend::Reference && backend != Backend::Auto; }
+// Auto is only ever a runner's backend once resolved to the GPU planner (resolve_backend).
+bool backend_on_gpu(Backend backend) { return backend != Backend::Reference; }
 
 std::optional<Backend> backend_from_env() {
   const char* env = std::getenv("MXMOE_BACKEND");
@@ -71,7 +73,7 @@ Backend resolve_backend(const RunnerOptions& options) {
   Backend backend = options.backend;
   if (options.use_env)
     if (const std::optional<Backend> from_env = backend_from_env()) backend = *from_env;
-  if (backend == Backend::Auto) return gpu_available() ? Backend::Gemv : Backend::Reference;
+  if (backend == Backend::Auto) return gpu_available() ? Backend::Auto : Backend::Reference;
   MXMOE_REQUIRE(!backend_on_gpu(backend) || gpu_available(), "backend: '", to_string(backend),
                 "' needs a CUDA GPU, and none is usable here (", probe().no_gpu_reason,
                 "); use 'reference' or 'auto'");

@@ -100,7 +100,7 @@ ProbeResult probe() {
     gpu.best_target = best_target_for(prop.major, prop.minor);
     for (const auto& arch : result.compiled_archs)
       gpu.has_native_kernels = gpu.has_native_kernels || cubin_runs_on(arch, prop.major, prop.minor);
-    if (gpu.has_native_kernels) gpu.runnable_backends = {"gemv"};
+    if (gpu.has_native_kernels) gpu.runnable_backends = {"auto", "gemv", "mma"};
     result.gpus.push_back(std::move(gpu));
   }
   if (result.gpus.empty()) result.no_gpu_reason = "no CUDA device could be queried";

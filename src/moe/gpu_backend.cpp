@@ -14,6 +14,7 @@
 #include "kernels/gemv/gemv.hpp"
 #include "kernels/gemv/gemv_layout.hpp"
 #include "kernels/gemv/slice_layout.hpp"
+#include "kernels/mma/mma_gemm.hpp"
 #include "moe/backend.hpp"
 #include "moe/device_buffer.hpp"
 #include "moe/workspace.hpp"
@@ -85,9 +86,11 @@ void require_device_pointer(const void* p, const char* name, size_t alignment) {
   MXMOE_REQUIRE(reinterpret_cast<uintptr_t>(p) % alignment == 0, name, ": must be ", alignment, "-byte aligned");
 }
 
-class GemvBackend final : public BackendImpl {
+// The GPU backends: both kernel families read one upload of the weights (the GEMV layout). `mode`
+// Gemv or Mma forces a family; Auto lets the planner pick per forward (family_for).
+class GpuBackend final : public BackendImpl {
  public:
-  GemvBackend(const MoeConfig& config, const MoeWeights& weights) : config_(config) {
+  GpuBackend(Backend mode, const MoeConfig& config, const MoeWeights& weights) : config_(config), mode_(mode) {
     int device = 0;
     MXMOE_CUDA_CHECK(cudaGetDevice(&device));
     int smem_optin = 0;
@@ -119,6 +122,11 @@ class GemvBackend final : public BackendImpl {
     if (const char* env = std::getenv("MXMOE_FUSED_COMBINE_TOKENS"); env != nullptr && *env != '\0')
       fused_combine_tokens_ = env_choice("MXMOE_FUSED_COMBINE_TOKENS", {0, 1, 2, 3, 4, 5, 6, 7, 8});
     gemv::configure(static_cast<size_t>(smem_optin));
+    // The tensor-core family's tiles fit SM120/SM121's 99 KB; a smaller device keeps Auto on GEMV.
+    mma_ok_ = mma::fits(static_cast<size_t>(smem_optin));
+    MXMOE_REQUIRE(mma_ok_ || mode != Backend::Mma, "backend: 'mma' needs ", mma::smem_bytes(4),
+                  " bytes of shared memory per block; this device allows ", smem_optin);
+    if (mma_ok_) mma::configure(static_cast<size_t>(smem_optin));
     device_ = device;
     // The fused decode path (kernels/gemv/decode.hpp) up to MXMOE_DECODE_TOKENS tokens (0: off).
     decode_tokens_ = kDefaultDecodeTokens;
@@ -158,8 +166,12 @@ class GemvBackend final : public BackendImpl {
     require_device_pointer(workspace, "workspace", 256);
     const WorkspaceLayout layout = layout_for(tokens);
     const auto ws = layout.bind(workspace);
-    if (tokens <= decode_tokens_) {
+    if (tokens <= decode_tokens_ && mode_ != Backend::Mma) {
       forward_decode(hidden, router_logits, tokens, out, ws, stream, stages);
+      return;
+    }
+    if (uses_mma(tokens)) {
+      forward_mma(hidden, router_logits, tokens, out, ws, stream, stages);
       return;
     }
     // Small T: both GEMMs route the tokens themselves (no route kernel), and GEMM2 does the combine.
@@ -206,6 +218,11 @@ class GemvBackend final : public BackendImpl {
   }
 
   std::string describe_plan(int64_t tokens) const override {
+    if (uses_mma(tokens)) {
+      const int m_tiles = mma::m_tiles_for(rows_per_expert(tokens));
+      return "mma bf16 " + std::to_string(mma::block_m(m_tiles)) + "x" + std::to_string(mma::kBlockN) +
+             "x128 tiles, both gemms";
+    }
     if (tokens > 0 && tokens <= decode_tokens_)
       return "fused decode (route + gemm1 + swiglu + gemm2 per 32-feature unit, " + std::to_string(grid()) +
              " blocks) + combine";
@@ -231,6 +248,60 @@ class GemvBackend final : public BackendImpl {
   static constexpr int kDefaultDecodeTokens = 0;
 
   int grid() const { return gemv::decode_grid(sm_count_); }
+
+  // Average rows per expert slot: T*k rows over min(E, T*k) slots.
+  double rows_per_expert(int64_t tokens) const {
+    const int64_t pairs = tokens * config_.top_k;
+    return pairs == 0 ? 0.0 : static_cast<double>(pairs) / static_cast<double>(std::min<int64_t>(config_.num_experts, pairs));
+  }
+
+  // The tensor-core family when forced, or (Auto) from kMmaMinRows rows per expert on: below, the
+  // GEMV family streams each weight once per 8 rows cheaply enough; above, the tensor-core tile
+  // decodes each weight once per 16-64 rows. Measured on an H200 (docs/perf-log.md).
+  static constexpr double kMmaMinRows = 8.0;
+  bool uses_mma(int64_t tokens) const {
+    if (mode_ == Backend::Mma) return true;
+    return mode_ == Backend::Auto && mma_ok_ && rows_per_expert(tokens) >= kMmaMinRows;
+  }
+
+  void forward_mma(const uint16_t* hidden, const float* router_logits, int64_t tokens, uint16_t* out,
+                   const BoundWorkspace& ws, cudaStream_t stream, int stages) const {
+    routing::route_and_permute(config_, router_logits, tokens, ws.routing, stream);
+    if (stages < 2) return;
+    const int max_active = static_cast<int>(std::min<int64_t>(config_.num_experts, tokens * config_.top_k));
+    const int m_tiles = mma::m_tiles_for(rows_per_expert(tokens));
+    mma::MmaArgs a;
+    a.row_pair = ws.routing.row_pair;
+    a.top_k = config_.top_k;
+    a.expert_offsets = ws.routing.expert_offsets;
+    a.active_experts = ws.routing.active_experts;
+    a.active_count = ws.routing.active_count;
+    a.pair_weights = ws.routing.pair_weights;
+    a.alpha = config_.swiglu_alpha;
+    a.limit = config_.swiglu_limit;
+    bind_mma(a, w1_, static_cast<int>(2 * config_.intermediate), config_.hidden);
+    a.act = hidden;
+    a.out = ws.intermediate;
+    mma::launch_gemm1(a, tokens, max_active, m_tiles, stream);
+    if (stages < 3) return;
+    bind_mma(a, w2_, config_.hidden, config_.intermediate);
+    a.act = ws.intermediate;
+    a.out = ws.expert_rows;
+    mma::launch_gemm2(a, tokens, max_active, m_tiles, stream);
+    if (stages < 4) return;
+    routing::combine_rows(ws.expert_rows, ws.routing.pair_row, tokens, config_.top_k, config_.hidden, out, stream);
+  }
+
+  static void bind_mma(mma::MmaArgs& a, const PackedMatrix& m, int n, int k) {
+    a.weights = m.packed.get<uint8_t>();
+    a.expert_stride = m.shape.bytes();
+    a.bias = m.bias.get<uint16_t>();
+    a.n = n;
+    a.k = k;
+    a.chunks = static_cast<int>(m.shape.chunks);
+    a.tiles = static_cast<int>(m.shape.tiles);
+    a.wide_scales = m.wide_scales;
+  }
 
   WorkspaceLayout layout_for(int64_t tokens) const {
     const size_t floats = tokens > 0 && tokens <= decode_tokens_
@@ -289,6 +360,8 @@ class GemvBackend final : public BackendImpl {
   }
 
   MoeConfig config_;
+  Backend mode_;
+  bool mma_ok_ = false;
   PackedMatrix w1_, w2_;
   DeviceBuffer w2_slices_;  // GEMM2 again, in the decode path's layout (only when that path is on)
   int decode_tokens_ = 0;
@@ -303,8 +376,10 @@ class GemvBackend final : public BackendImpl {
 
 std::unique_ptr<BackendImpl> make_gpu_backend(Backend backend, const MoeConfig& config, const MoeWeights& weights) {
   switch (backend) {
+    case Backend::Auto:
     case Backend::Gemv:
-      return std::make_unique<GemvBackend>(config, weights);
+    case Backend::Mma:
+      return std::make_unique<GpuBackend>(backend, config, weights);
     default:
       detail::throw_error("backend: '", to_string(backend), "' is not a GPU backend of this build");
   }

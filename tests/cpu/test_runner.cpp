@@ -81,7 +81,8 @@ TEST(Runner, MovedFromRunnerIsAnErrorNotACrash) {
 TEST(Runner, BackendNamesAndEnvironment) {
   EXPECT_EQ(parse_backend("GeMv"), Backend::Gemv);
   EXPECT_EQ(parse_backend("reference"), Backend::Reference);
-  expect_error_naming([] { parse_backend("fast"); }, "valid backends are: auto, reference, gemv");
+  EXPECT_EQ(parse_backend("MMA"), Backend::Mma);
+  expect_error_naming([] { parse_backend("fast"); }, "valid backends are: auto, reference, gemv, mma");
   RunnerOptions o;
   o.backend = Backend::Auto;
   o.use_env = true;
@@ -90,11 +91,13 @@ TEST(Runner, BackendNamesAndEnvironment) {
   ASSERT_EQ(setenv("MXMOE_BACKEND", "REFERENCE", 1), 0);
   EXPECT_EQ(resolve_backend(o), Backend::Reference);
   unsetenv("MXMOE_BACKEND");
-  EXPECT_EQ(resolve_backend(o), gpu_available() ? Backend::Gemv : Backend::Reference);
-  if (!gpu_available()) {
-    o.backend = Backend::Gemv;
-    expect_error_naming([&] { resolve_backend(o); }, "needs a CUDA GPU");
-  }
+  EXPECT_EQ(resolve_backend(o), gpu_available() ? Backend::Auto : Backend::Reference);
+  EXPECT_EQ(backend_on_gpu(Backend::Auto), true) << "a runner keeps Auto only when it resolved to the GPU planner";
+  if (!gpu_available())
+    for (const Backend b : {Backend::Gemv, Backend::Mma}) {
+      o.backend = b;
+      expect_error_naming([&] { resolve_backend(o); }, "needs a CUDA GPU");
+    }
 }
 
 }  // namespace

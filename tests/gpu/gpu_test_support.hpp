@@ -73,10 +73,10 @@ inline ErrorStats compare(const std::vector<uint16_t>& out, const std::vector<do
   return s;
 }
 
-// Options for a runner on the GEMV backend, MXMOE_BACKEND ignored.
-inline RunnerOptions gemv_options(int64_t max_tokens) {
+// Options for a runner on a GPU backend (default: the GEMV family), MXMOE_BACKEND ignored.
+inline RunnerOptions gemv_options(int64_t max_tokens, Backend backend = Backend::Gemv) {
   RunnerOptions options;
-  options.backend = Backend::Gemv;
+  options.backend = backend;
   options.max_tokens = max_tokens;
   options.use_env = false;
   return options;

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <tuple>
 
 #include "gpu/gpu_test_support.hpp"
 
@@ -30,11 +31,13 @@ MoeConfig make_config(const LayerCase& c) {
   return cfg;
 }
 
-class GpuLayer : public ::testing::TestWithParam<LayerCase> {};
+// Each shape on each GPU family: GEMV, the tensor-core family (Mma) and the planner (Auto).
+class GpuLayer : public ::testing::TestWithParam<std::tuple<LayerCase, Backend>> {};
 
 TEST_P(GpuLayer, MatchesReference) {
   MXMOE_SKIP_WITHOUT_GPU();
-  const LayerCase c = GetParam();
+  const LayerCase c = std::get<0>(GetParam());
+  const Backend backend = std::get<1>(GetParam());
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
@@ -45,7 +48,8 @@ TEST_P(GpuLayer, MatchesReference) {
   auto logits = random_logits(c.tokens, cfg.num_experts, rng);
   if (c.one_expert) route_every_token_to_one_expert(logits, c.tokens, cfg.num_experts);
 
-  const MoeRunner runner(cfg, layer.view(), gemv_options(std::max<int64_t>(c.tokens, 1)));
+  const MoeRunner runner(cfg, layer.view(), gemv_options(std::max<int64_t>(c.tokens, 1), backend));
+  SCOPED_TRACE("plan: " + runner.describe_plan(c.tokens));
   const auto out = run_on_gpu(runner, hidden, logits, c.tokens);
 
   std::vector<double> ref(static_cast<size_t>(c.tokens * cfg.hidden));
@@ -58,7 +62,7 @@ TEST_P(GpuLayer, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, GpuLayer,
-    ::testing::Values(LayerCase{"t0", 32, 4, 2880, 2880, 0, false, true},
+    ::testing::Combine(::testing::Values(LayerCase{"t0", 32, 4, 2880, 2880, 0, false, true},
                       LayerCase{"t1_e32_2880", 32, 4, 2880, 2880, 1, false, true},
                       LayerCase{"t3_e128_2880", 128, 4, 2880, 2880, 3, false, true},
                       LayerCase{"t1_e128_2880", 128, 4, 2880, 2880, 1, false, true},
@@ -72,8 +76,11 @@ INSTANTIATE_TEST_SUITE_P(
                       LayerCase{"t1000_one_expert", 32, 4, 256, 192, 1000, true, true},
                       LayerCase{"t37_odd_k", 5, 3, 96, 160, 37, false, true},
                       LayerCase{"t64_e128_k8", 128, 8, 512, 288, 64, false, true},
-                      LayerCase{"t5_wide_scales", 16, 4, 384, 256, 5, false, true, true}),
-    [](const auto& info) { return std::string(info.param.name); });
+                      LayerCase{"t5_wide_scales", 16, 4, 384, 256, 5, false, true, true},
+                      LayerCase{"t300_wide_scales", 16, 4, 384, 256, 300, false, true, true},
+                      LayerCase{"t200_e32_1088", 32, 4, 1088, 1088, 200, false, true}),
+                       ::testing::Values(Backend::Gemv, Backend::Mma, Backend::Auto)),
+    [](const auto& info) { return std::string(std::get<0>(info.param).name) + "_" + to_string(std::get<1>(info.param)); });
 
 // Two eager runs and a graph replay give the same bits.
 TEST(GpuLayerDeterminism, EagerTwiceAndGraphReplayAgree) {
@@ -86,13 +93,14 @@ TEST(GpuLayerDeterminism, EagerTwiceAndGraphReplayAgree) {
   const int64_t tokens = 67;
   const auto hidden = random_hidden(tokens, cfg.hidden, rng);
   const auto logits = random_logits(tokens, cfg.num_experts, rng);
-  const MoeRunner runner(cfg, layer.view(), gemv_options(128));
-
-  const auto first = run_on_gpu(runner, hidden, logits, tokens);
-  const auto second = run_on_gpu(runner, hidden, logits, tokens);
-  ASSERT_EQ(first, second) << "two eager runs differ";
-
-  EXPECT_EQ(first, run_graph_replay(runner, hidden, logits, tokens)) << "graph replay differs from eager";
+  for (const Backend backend : {Backend::Gemv, Backend::Mma}) {
+    SCOPED_TRACE(to_string(backend));
+    const MoeRunner runner(cfg, layer.view(), gemv_options(128, backend));
+    const auto first = run_on_gpu(runner, hidden, logits, tokens);
+    const auto second = run_on_gpu(runner, hidden, logits, tokens);
+    ASSERT_EQ(first, second) << "two eager runs differ";
+    EXPECT_EQ(first, run_graph_replay(runner, hidden, logits, tokens)) << "graph replay differs from eager";
+  }
 }
 
 // Small T takes other launch sequences: T <= 2 routes inside both GEMMs (no route kernel), and up to
@@ -145,7 +153,9 @@ TEST(GpuLayerSequence, BackToBackForwardsOnOneWorkspace) {
   std::mt19937_64 rng(seed);
   const MoeConfig cfg = mxmoe::test::make_config(32, 4, 512, 384);
   const MoeLayerData layer = MoeLayerData::random(cfg, seed);
-  const MoeRunner runner(cfg, layer.view(), gemv_options(64));
+  // Auto switches families inside the sequence (T = 64 has 8 rows per expert).
+  const MoeRunner runner(cfg, layer.view(), gemv_options(64, Backend::Auto));
+  ASSERT_NE(runner.describe_plan(64), runner.describe_plan(37));
   DeviceBuffer ws(runner.workspace_bytes());
   cudaStream_t stream;
   MXMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));

@@ -1,0 +1,24 @@
+#pragma once
+// cp.async (SM80+): 16-byte global -> shared copies that bypass registers, grouped by commit.
+#include <cstdint>
+
+#include "kernels/common/bulk_copy.cuh"
+
+namespace mxmoe::kernels {
+
+// Copies 16 bytes, or writes 16 zero bytes when !valid (src-size 0: nothing is read).
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)), "l"(src),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+// Waits until at most `kPending` of this thread's committed groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+}  // namespace mxmoe::kernels

@@ -1,0 +1,56 @@
+#pragma once
+// The tensor-core family (W4A16 through the Bf16Atom): a grouped GEMM over the experts that received
+// tokens, for per-expert row counts where the GEMV family re-streams its weights too often. A block
+// computes up to kBlockM(m_tiles) rows of one expert (tokens on the MMA's M) against kBlockN weight
+// rows (on N), walking K in chunks of 128 through a 2-stage cp.async pipeline.
+//
+// It reads the GEMV family's weight layout (gemv_layout.hpp) as it is: a 16-row weight tile's record
+// gives lane (g, t) row g's and row g+8's MX block 4c+t, which is exactly the B fragment of two n8
+// MMA groups once the activations are staged with the same K permutation (mma_gemm_kernel.cu). So the
+// weights live on the device once for both families.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mxmoe::mma {
+
+struct MmaArgs {
+  const uint8_t* weights = nullptr;  // GEMV layout (gemv_layout.hpp), experts back to back
+  int64_t expert_stride = 0;         // bytes
+  const uint16_t* bias = nullptr;    // [E, N] bf16 in checkpoint row order, or null
+  int n = 0;                         // output rows per expert in the checkpoint (2I or H)
+  int k = 0;                         // K (H or I), multiple of 32
+  int chunks = 0, tiles = 0;         // K chunks of 128, 16-row weight tiles
+  const uint16_t* act = nullptr;     // GEMM1: hidden [T, H]; GEMM2: intermediate [rows, I]
+  const int32_t* row_pair = nullptr;
+  int top_k = 1;
+  const int32_t* expert_offsets = nullptr;
+  const int32_t* active_experts = nullptr;
+  const int32_t* active_count = nullptr;
+  const float* pair_weights = nullptr;
+  void* out = nullptr;               // GEMM1: bf16 [rows, I]; GEMM2: fp32 [rows, H]
+  float alpha = 1.702f, limit = 7.0f;
+  bool wide_scales = false;          // some scale byte is > 128 or 0xFF: the general multiplier path
+};
+
+inline constexpr int kBlockN = 256;      // weight rows per block (8 warps x 32)
+inline constexpr int kMaxMTiles = 4;     // m16 tiles per block, at most: kBlockM = 16 * m_tiles <= 64
+__host__ __device__ constexpr int block_m(int m_tiles) { return 16 * m_tiles; }
+
+// The m16 tiles per block (1, 2 or 4) for experts of about `rows_per_expert` rows: the fewest padded
+// rows first, then the larger tile.
+int m_tiles_for(double rows_per_expert);
+
+// Dynamic shared memory of one block (2 stages of activations and weights), and whether it fits.
+size_t smem_bytes(int m_tiles);
+bool fits(size_t smem_per_block_optin);
+// Lets every kernel variant use the device's opt-in shared memory (idempotent).
+void configure(size_t smem_per_block_optin);
+
+// GEMM1 + bias + clamped interleaved SwiGLU -> bf16 intermediate; GEMM2 + bias, times the routing
+// weight -> fp32 rows for the combine. Launched with programmatic dependent launch.
+void launch_gemm1(const MmaArgs& args, int64_t tokens, int max_active, int m_tiles, cudaStream_t stream);
+void launch_gemm2(const MmaArgs& args, int64_t tokens, int max_active, int m_tiles, cudaStream_t stream);
+
+}  // namespace mxmoe::mma
