@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what the build needs from Debian packages (only those missing) and puts nvcc on PATH.
+# Installs what the build needs from Debian packages (only those missing), puts nvcc on PATH, and
+# installs cuobjdump/nvdisasm from PyPI into .tools/ for the SASS check when the toolkit lacks them.
 # Quiet, non-interactive and idempotent. Run it, or source it (the other scripts do) so that the
 # PATH change reaches the calling shell.
 
@@ -45,6 +46,18 @@ mxmoe_setup() {
   if ! command -v nvcc >/dev/null 2>&1; then
     echo "setup: nvcc not found: install the CUDA toolkit 13.0 (expected in /usr/local/cuda)" >&2
     return 1
+  fi
+
+  # cuobjdump and nvdisasm for the SASS check (scripts/check_sass.sh), from PyPI into .tools/ when
+  # the toolkit here lacks them. A failure is not fatal here: the SASS check then fails and says why.
+  local root tools
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  tools="$root/.tools/cuda-binutils"
+  if ! command -v cuobjdump >/dev/null 2>&1 && [[ ! -x "$tools/nvidia/cu13/bin/nvdisasm" ]]; then
+    echo "setup: installing cuobjdump and nvdisasm (PyPI) into .tools/"
+    python3 -m pip install -q --disable-pip-version-check --target "$tools" \
+      nvidia-cuda-cuobjdump==13.2.86 nvidia-cuda-nvdisasm==13.2.86 >/dev/null 2>&1 ||
+      echo "setup: pip install of nvidia-cuda-cuobjdump / nvidia-cuda-nvdisasm failed" >&2
   fi
   return 0
 }

@@ -25,14 +25,22 @@ enum class Backend {
   Reference,  // the CPU reference (host pointers)
   Gemv,       // GPU: W4A16 grouped GEMV family at every batch (decode-sized batches; any batch works)
   Mma,        // GPU: W4A16 tensor-core grouped GEMM family (Bf16Atom) at every batch
+  MxEmulated, // GPU, SM89/SM90: MXFP8 activations x MXFP4 weights through the emulated MX atom (the
+              // SM120 block-scaled data path, run on Hopper); speed reported, not targeted
+  Mx,         // GPU, SM120/SM121 (sm_120a/sm_121a builds): the native block-scaled MMA. Never run:
+              // no such GPU was available (README)
 };
 
 std::string to_string(Backend backend);
-// Case-insensitive ("auto", "reference", "gemv", "mma"); unknown names throw an Error listing valid ones.
+// Case-insensitive ("auto", "reference", "gemv", "mma", "mx-emulated", "mx"); unknown names throw an
+// Error listing valid ones.
 Backend parse_backend(std::string_view name);
 std::vector<std::string> backend_names();
 // Whether the backend runs on the GPU (its forward takes device pointers).
 bool backend_on_gpu(Backend backend);
+// Whether the backend quantises the activations to MXFP8 (RCEIL) before each GEMM: its results are
+// held against a reference that does the same (ReferenceOptions).
+bool backend_uses_mxfp8(Backend backend);
 
 struct RunnerOptions {
   Backend backend = Backend::Auto;

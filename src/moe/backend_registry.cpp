@@ -21,6 +21,8 @@ constexpr std::array kBackendNames{
     BackendName{Backend::Reference, "reference"},
     BackendName{Backend::Gemv, "gemv"},
     BackendName{Backend::Mma, "mma"},
+    BackendName{Backend::MxEmulated, "mx-emulated"},
+    BackendName{Backend::Mx, "mx"},
 };
 
 std::string lower(std::string_view s) {
@@ -58,6 +60,8 @@ Backend parse_backend(std::string_view name) {
 
 // Auto is only ever a runner's backend once resolved to the GPU planner (resolve_backend).
 bool backend_on_gpu(Backend backend) { return backend != Backend::Reference; }
+
+bool backend_uses_mxfp8(Backend backend) { return backend == Backend::MxEmulated || backend == Backend::Mx; }
 
 std::optional<Backend> backend_from_env() {
   const char* env = std::getenv("MXMOE_BACKEND");

@@ -100,7 +100,11 @@ ProbeResult probe() {
     gpu.best_target = best_target_for(prop.major, prop.minor);
     for (const auto& arch : result.compiled_archs)
       gpu.has_native_kernels = gpu.has_native_kernels || cubin_runs_on(arch, prop.major, prop.minor);
-    if (gpu.has_native_kernels) gpu.runnable_backends = {"auto", "gemv", "mma"};
+    if (gpu.has_native_kernels) {
+      gpu.runnable_backends = {"auto", "gemv", "mma"};
+      if (prop.major > 8 || (prop.major == 8 && prop.minor >= 9)) gpu.runnable_backends.push_back("mx-emulated");
+      if (prop.major == 12) gpu.runnable_backends.push_back("mx");
+    }
     result.gpus.push_back(std::move(gpu));
   }
   if (result.gpus.empty()) result.no_gpu_reason = "no CUDA device could be queried";

@@ -15,6 +15,8 @@
 #include "kernels/gemv/gemv_layout.hpp"
 #include "kernels/gemv/slice_layout.hpp"
 #include "kernels/mma/mma_gemm.hpp"
+#include "kernels/mma/mx_gemm.hpp"
+#include "routing/expand.hpp"
 #include "moe/backend.hpp"
 #include "moe/device_buffer.hpp"
 #include "moe/workspace.hpp"
@@ -86,8 +88,9 @@ void require_device_pointer(const void* p, const char* name, size_t alignment) {
   MXMOE_REQUIRE(reinterpret_cast<uintptr_t>(p) % alignment == 0, name, ": must be ", alignment, "-byte aligned");
 }
 
-// The GPU backends: both kernel families read one upload of the weights (the GEMV layout). `mode`
-// Gemv or Mma forces a family; Auto lets the planner pick per forward (family_for).
+// The GPU backends: every kernel family reads one upload of the weights (the GEMV layout). `mode`
+// Gemv or Mma forces a family; Auto lets the planner pick per forward (uses_mma); MxEmulated and Mx
+// run the block-scaled path (MXFP8 activations) with the emulated or the native MX atom.
 class GpuBackend final : public BackendImpl {
  public:
   GpuBackend(Backend mode, const MoeConfig& config, const MoeWeights& weights) : config_(config), mode_(mode) {
@@ -127,6 +130,19 @@ class GpuBackend final : public BackendImpl {
     MXMOE_REQUIRE(mma_ok_ || mode != Backend::Mma, "backend: 'mma' needs ", mma::smem_bytes(4),
                   " bytes of shared memory per block; this device allows ", smem_optin);
     if (mma_ok_) mma::configure(static_cast<size_t>(smem_optin));
+    if (mx_mode()) {
+      int major = 0, minor = 0;
+      MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+      MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+      MXMOE_REQUIRE(mma::mx_supported(mx_atom(), major, minor), "backend: '", to_string(mode), "' needs ",
+                    mode == Backend::Mx ? "an SM120/SM121 GPU (compute capability 12.x)"
+                                        : "compute capability 8.9 or newer",
+                    ", this device is ", major, ".", minor);
+      MXMOE_REQUIRE(mma::mx_smem_bytes() <= static_cast<size_t>(smem_optin), "backend: '", to_string(mode),
+                    "' needs ", mma::mx_smem_bytes(), " bytes of shared memory per block; this device allows ",
+                    smem_optin);
+      mma::mx_configure();
+    }
     device_ = device;
     // The fused decode path (kernels/gemv/decode.hpp) up to MXMOE_DECODE_TOKENS tokens (0: off).
     decode_tokens_ = kDefaultDecodeTokens;
@@ -166,6 +182,10 @@ class GpuBackend final : public BackendImpl {
     require_device_pointer(workspace, "workspace", 256);
     const WorkspaceLayout layout = layout_for(tokens);
     const auto ws = layout.bind(workspace);
+    if (mx_mode()) {
+      forward_mx(hidden, router_logits, tokens, out, ws, stream, stages);
+      return;
+    }
     if (tokens <= decode_tokens_ && mode_ != Backend::Mma) {
       forward_decode(hidden, router_logits, tokens, out, ws, stream, stages);
       return;
@@ -218,6 +238,10 @@ class GpuBackend final : public BackendImpl {
   }
 
   std::string describe_plan(int64_t tokens) const override {
+    if (mx_mode())
+      return std::string(mode_ == Backend::Mx ? "mx native (block-scaled mma.sync kind::mxf8f6f4)"
+                                               : "mx emulated (e4m3 mma.sync, scales in fp32)") +
+             " 64x256x128 tiles, MXFP8 expand (RCEIL) before both gemms";
     if (uses_mma(tokens)) {
       const int m_tiles = mma::m_tiles_for(rows_per_expert(tokens));
       return "mma bf16 " + std::to_string(mma::block_m(m_tiles)) + "x" + std::to_string(mma::kBlockN) +
@@ -304,11 +328,74 @@ class GpuBackend final : public BackendImpl {
   }
 
   WorkspaceLayout layout_for(int64_t tokens) const {
-    const size_t floats = tokens > 0 && tokens <= decode_tokens_
+    const size_t floats = tokens > 0 && tokens <= decode_tokens_ && !mx_mode()
                               ? gemv::decode_partial_floats(config_.num_experts, config_.top_k, config_.hidden,
                                                             config_.intermediate, tokens, grid())
                               : 0;
-    return WorkspaceLayout(config_, tokens, floats);
+    size_t codes = 0, scales = 0;
+    if (mx_mode()) {
+      const int64_t pairs = tokens * config_.top_k;
+      const int64_t slots = std::min<int64_t>(config_.num_experts, pairs);
+      const int k = std::max(config_.hidden, config_.intermediate);
+      codes = static_cast<size_t>(routing::expand_code_bytes(pairs, slots, k));
+      scales = static_cast<size_t>(routing::expand_scale_bytes(pairs, slots, k));
+    }
+    return WorkspaceLayout(config_, tokens, floats, codes, scales);
+  }
+
+  bool mx_mode() const { return mode_ == Backend::MxEmulated || mode_ == Backend::Mx; }
+  mma::MxAtom mx_atom() const { return mode_ == Backend::Mx ? mma::MxAtom::Native : mma::MxAtom::Emulated; }
+
+  // The block-scaled path: route, expand (bf16 -> MXFP8, swizzled scales) of the tokens, GEMM1, expand
+  // of the intermediate, GEMM2, combine. bench --stages: gemm1 and gemm2 include their expands.
+  void forward_mx(const uint16_t* hidden, const float* router_logits, int64_t tokens, uint16_t* out,
+                  const BoundWorkspace& ws, cudaStream_t stream, int stages) const {
+    routing::route_and_permute(config_, router_logits, tokens, ws.routing, stream);
+    if (stages < 2) return;
+    const int max_active = static_cast<int>(std::min<int64_t>(config_.num_experts, tokens * config_.top_k));
+    routing::ExpandArgs e;
+    e.top_k = config_.top_k;
+    e.rule = ScaleRule::Rceil;
+    e.codes = ws.mx_codes;
+    e.scales = ws.mx_scales;
+    e.act = hidden;
+    e.gather = true;
+    e.k = config_.hidden;
+    routing::expand_mxfp8(e, ws.routing, tokens, max_active, stream);
+    mma::MxArgs a;
+    a.codes = ws.mx_codes;
+    a.scales = ws.mx_scales;
+    a.row_pair = ws.routing.row_pair;
+    a.top_k = config_.top_k;
+    a.expert_offsets = ws.routing.expert_offsets;
+    a.active_experts = ws.routing.active_experts;
+    a.active_count = ws.routing.active_count;
+    a.pair_weights = ws.routing.pair_weights;
+    a.alpha = config_.swiglu_alpha;
+    a.limit = config_.swiglu_limit;
+    bind_mx(a, w1_, static_cast<int>(2 * config_.intermediate), config_.hidden);
+    a.out = ws.intermediate;
+    mma::launch_mx_gemm1(mx_atom(), a, tokens, max_active, stream);
+    if (stages < 3) return;
+    e.act = ws.intermediate;
+    e.gather = false;
+    e.k = config_.intermediate;
+    routing::expand_mxfp8(e, ws.routing, tokens, max_active, stream);
+    bind_mx(a, w2_, config_.hidden, config_.intermediate);
+    a.out = ws.expert_rows;
+    mma::launch_mx_gemm2(mx_atom(), a, tokens, max_active, stream);
+    if (stages < 4) return;
+    routing::combine_rows(ws.expert_rows, ws.routing.pair_row, tokens, config_.top_k, config_.hidden, out, stream);
+  }
+
+  static void bind_mx(mma::MxArgs& a, const PackedMatrix& m, int n, int k) {
+    a.weights = m.packed.get<uint8_t>();
+    a.expert_stride = m.shape.bytes();
+    a.bias = m.bias.get<uint16_t>();
+    a.n = n;
+    a.k = k;
+    a.chunks = static_cast<int>(m.shape.chunks);
+    a.tiles = static_cast<int>(m.shape.tiles);
   }
 
   // stages (bench --stages): 1..3 = the fused kernel, 4 = and the combine.
@@ -379,6 +466,8 @@ std::unique_ptr<BackendImpl> make_gpu_backend(Backend backend, const MoeConfig& 
     case Backend::Auto:
     case Backend::Gemv:
     case Backend::Mma:
+    case Backend::MxEmulated:
+    case Backend::Mx:
       return std::make_unique<GpuBackend>(backend, config, weights);
     default:
       detail::throw_error("backend: '", to_string(backend), "' is not a GPU backend of this build");

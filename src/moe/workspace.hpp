@@ -19,15 +19,20 @@ struct BoundWorkspace {
   int32_t* pair_slot;      // [T*k]
   int32_t* slot_expert;    // [min(E, T*k)]
   int32_t* combine_counters;  // [ceil(H/16)] the combine in GEMM2 (gemv.hpp)
+  // The MX backends: one MXFP8 expand output (routing/expand.hpp), reused by GEMM1 and GEMM2.
+  uint8_t* mx_codes;
+  uint8_t* mx_scales;
 };
 
 struct WorkspaceLayout {
   size_t expert_ids = 0, pair_weights = 0, expert_offsets = 0, active_experts = 0, active_count = 0, row_pair = 0,
          pair_row = 0, global_counts = 0, intermediate = 0, expert_rows = 0, decode_partials = 0, pair_slot = 0,
-         slot_expert = 0, combine_counters = 0, total = 0;
+         slot_expert = 0, combine_counters = 0, mx_codes = 0, mx_scales = 0, total = 0;
 
-  // decode_floats: the fused decode path's partial sums for this T (0 when it is not used).
-  WorkspaceLayout(const MoeConfig& config, int64_t tokens, size_t decode_floats = 0) {
+  // decode_floats: the fused decode path's partial sums for this T (0 when it is not used);
+  // mx_code_bytes, mx_scale_bytes: the MX backends' expand output (0 otherwise).
+  WorkspaceLayout(const MoeConfig& config, int64_t tokens, size_t decode_floats = 0, size_t mx_code_bytes = 0,
+                  size_t mx_scale_bytes = 0) {
     const auto pairs = static_cast<size_t>(tokens * config.top_k);
     const auto experts = static_cast<size_t>(config.num_experts);
     auto take = [this](size_t bytes) {
@@ -49,6 +54,8 @@ struct WorkspaceLayout {
     pair_slot = take(pairs * 4);
     slot_expert = take(pairs * 4);
     combine_counters = take(static_cast<size_t>(config.hidden + 15) / 16 * 4);
+    mx_codes = take(mx_code_bytes);
+    mx_scales = take(mx_scale_bytes);
   }
 
   BoundWorkspace bind(void* base) const {
@@ -69,6 +76,8 @@ struct WorkspaceLayout {
     w.pair_slot = reinterpret_cast<int32_t*>(b + pair_slot);
     w.slot_expert = reinterpret_cast<int32_t*>(b + slot_expert);
     w.combine_counters = reinterpret_cast<int32_t*>(b + combine_counters);
+    w.mx_codes = b + mx_codes;
+    w.mx_scales = b + mx_scales;
     return w;
   }
 };

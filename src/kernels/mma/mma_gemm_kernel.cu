@@ -19,8 +19,10 @@
 #include "kernels/gemv/gemv_device.cuh"
 #include "kernels/gemv/gemv_layout.hpp"
 #include "kernels/mma/bf16_atom.cuh"
+#include "kernels/mma/epilogue.cuh"
 #include "kernels/mma/mma_gemm.hpp"
 #include "moe/cuda_check.hpp"
+#include "routing/m_tiles.cuh"
 
 namespace mxmoe::mma {
 namespace {
@@ -48,48 +50,6 @@ __device__ __forceinline__ void to_pairs(const uint4& x, uint32_t (&p)[4]) {
   p[3] = __byte_perm(x.x, x.z, 0x5410);
 }
 
-struct MTile {
-  int expert;  // -1: past the last m-tile
-  int row0;    // first sorted row
-  int rows;
-};
-
-// Block x -> its m-tile: the active experts' ceil(rows / kBlockM) tiles, in order (warp 0).
-template <int kBlockM>
-__device__ void find_m_tile(const MmaArgs& a, MTile& tile) {
-  const int lane = threadIdx.x & 31;
-  if (threadIdx.x >= 32) return;
-  const int x = static_cast<int>(blockIdx.x);
-  const int count = *a.active_count;
-  if (lane == 0) tile.expert = -1;
-  __syncwarp();
-  int base = 0;
-  for (int j0 = 0; j0 < count; j0 += 32) {
-    const int j = j0 + lane;
-    int e = 0, start = 0, rows = 0;
-    if (j < count) {
-      e = a.active_experts[j];
-      start = a.expert_offsets[e];
-      rows = a.expert_offsets[e + 1] - start;
-    }
-    const int tiles = (rows + kBlockM - 1) / kBlockM;
-    int incl = tiles;
-#pragma unroll
-    for (int off = 1; off < 32; off <<= 1) {
-      const int v = __shfl_up_sync(0xffffffffu, incl, off);
-      if (lane >= off) incl += v;
-    }
-    const int first = base + incl - tiles;
-    if (j < count && x >= first && x < first + tiles) {
-      const int m0 = (x - first) * kBlockM;
-      tile.expert = e;
-      tile.row0 = start + m0;
-      tile.rows = min(kBlockM, rows - m0);
-    }
-    base += __shfl_sync(0xffffffffu, incl, 31);
-  }
-}
-
 // Two blocks per SM where the registers allow it; the 64-row tile's 64 accumulators per m16 group
 // need more than 128 registers (it spilled), so it runs one block per SM.
 template <int kMTiles>
@@ -100,14 +60,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kMTiles>) mma_gemm_kernel
   using Atom = Bf16Atom<kWideScales>;
   constexpr int kBlockM = block_m(kMTiles);
   extern __shared__ __align__(128) uint8_t smem[];
-  __shared__ MTile tile;
+  __shared__ routing::MTile tile;
   __shared__ int64_t src_row[kBlockM];  // element offset of each row's activations; -1: padding row
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   // Programmatic dependent launch: the routing and the activations come from the predecessors.
   cudaGridDependencySynchronize();
   cudaTriggerProgrammaticLaunchCompletion();
-  find_m_tile<kBlockM>(a, tile);
+  routing::find_m_tile<kBlockM>(static_cast<int>(blockIdx.x), a.active_experts, a.active_count, a.expert_offsets, tile);
   __syncthreads();
   if (tile.expert < 0) return;
   const int expert = tile.expert;
@@ -193,52 +153,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kMTiles>) mma_gemm_kernel
   }
   if (!warp_active) return;
 
-  // Epilogue. Lane (g, t) holds rows g (fragment 0, 1) and g+8 (2, 3) of each m16 tile, weight rows
-  // 2t and 2t+1 of each half: in GEMM1 the low half holds the gates and the high half the linears of
-  // features 8*tile + 2t, +1 (gemv_layout.hpp), so the SwiGLU runs in registers.
-#pragma unroll
-  for (int i = 0; i < kMTiles; ++i)
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int r = i * 16 + g + 8 * hr;
-      if (r >= tile.rows) continue;
-      const int64_t row = tile.row0 + r;
-      float weight = 1.f;
-      if constexpr (!kGemm1) weight = a.pair_weights[a.row_pair[row]];
-#pragma unroll
-      for (int q = 0; q < 2; ++q) {
-        const int ti = tile0 + wt + q;
-        const float* lo = &acc[i][q][0][2 * hr];
-        const float* hi = &acc[i][q][1][2 * hr];
-        if constexpr (kGemm1) {
-          const int f = ti * 8 + 2 * t;
-          float gate0 = lo[0], gate1 = lo[1], lin0 = hi[0], lin1 = hi[1];
-          if (a.bias) {
-            const uint2 bv = *reinterpret_cast<const uint2*>(a.bias + static_cast<int64_t>(expert) * a.n + 2 * f);
-            gate0 += __bfloat162float(__ushort_as_bfloat16(static_cast<uint16_t>(bv.x & 0xFFFFu)));
-            lin0 += __bfloat162float(__ushort_as_bfloat16(static_cast<uint16_t>(bv.x >> 16)));
-            gate1 += __bfloat162float(__ushort_as_bfloat16(static_cast<uint16_t>(bv.y & 0xFFFFu)));
-            lin1 += __bfloat162float(__ushort_as_bfloat16(static_cast<uint16_t>(bv.y >> 16)));
-          }
-          const __nv_bfloat162 v = __floats2bfloat162_rn(gemv::swiglu(gate0, lin0, a.alpha, a.limit),
-                                                         gemv::swiglu(gate1, lin1, a.alpha, a.limit));
-          *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(a.out) + row * (a.n / 2) + f) = v;
-        } else {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int col = ti * gemv::kTileRows + 8 * h + 2 * t;
-            const float* v = h == 0 ? lo : hi;
-            float y0 = v[0], y1 = v[1];
-            if (a.bias) {
-              const uint32_t bv = *reinterpret_cast<const uint32_t*>(a.bias + static_cast<int64_t>(expert) * a.n + col);
-              y0 += __bfloat162float(__ushort_as_bfloat16(static_cast<uint16_t>(bv & 0xFFFFu)));
-              y1 += __bfloat162float(__ushort_as_bfloat16(static_cast<uint16_t>(bv >> 16)));
-            }
-            *reinterpret_cast<float2*>(static_cast<float*>(a.out) + row * a.n + col) = make_float2(y0 * weight, y1 * weight);
-          }
-        }
-      }
-    }
+  store_rows<kGemm1, kMTiles>(EpilogueArgs{a.bias, a.n, a.row_pair, a.pair_weights, a.out, a.alpha, a.limit}, acc,
+                              expert, tile.row0, tile.rows, tile0 + wt, g, t);
 }
 
 template <class F>
@@ -262,8 +178,7 @@ void launch(const MmaArgs& a, int64_t tokens, int max_active, int m_tiles, cudaS
   if (tokens == 0 || max_active == 0) return;
   MXMOE_REQUIRE(m_tiles == 1 || m_tiles == 2 || m_tiles == 4, "mma: m_tiles must be 1, 2 or 4, got ", m_tiles);
   const int64_t pairs = tokens * a.top_k;
-  // Sum over the experts of ceil(rows / kBlockM) <= pairs / kBlockM + experts with rows.
-  const int64_t m_blocks = pairs / block_m(m_tiles) + max_active;
+  const int64_t m_blocks = routing::m_tiles_bound(pairs, max_active, block_m(m_tiles));
   MXMOE_REQUIRE(m_blocks < (int64_t{1} << 31), "mma: too many rows (", pairs, ")");
   const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>((a.tiles + kTilesPerBlock - 1) / kTilesPerBlock));
   const size_t smem = smem_bytes(m_tiles);

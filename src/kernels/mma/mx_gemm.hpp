@@ -1,0 +1,41 @@
+#pragma once
+// The tensor-core family with MXFP8 activations (W4A8, block-scaled): the grouped GEMM of
+// mma_gemm.hpp with an MX atom (mx_atoms.cuh). The activations come from the expand step
+// (routing/expand.hpp): e4m3 codes and 128x4-swizzled scales, each expert's rows padded to 128. A
+// block computes 64 of those rows against 256 weight rows in the GEMV layout, K in chunks of 128.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mxmoe::mma {
+
+enum class MxAtom { Emulated, Native };
+
+struct MxArgs {
+  const uint8_t* weights = nullptr;  // GEMV layout, experts back to back
+  int64_t expert_stride = 0;
+  const uint16_t* bias = nullptr;
+  int n = 0, k = 0, chunks = 0, tiles = 0;
+  const uint8_t* codes = nullptr;    // expand: [padded rows, K] e4m3
+  const uint8_t* scales = nullptr;   // expand: swizzled e8m0
+  const int32_t* row_pair = nullptr;
+  int top_k = 1;
+  const int32_t* expert_offsets = nullptr;
+  const int32_t* active_experts = nullptr;
+  const int32_t* active_count = nullptr;
+  const float* pair_weights = nullptr;
+  void* out = nullptr;               // GEMM1: bf16 [rows, I]; GEMM2: fp32 [rows, H]
+  float alpha = 1.702f, limit = 7.0f;
+};
+
+size_t mx_smem_bytes();
+// Whether the atom's kernels can run on this device (emulated: SM89+; native: compute 12.x with the
+// sm_120a/sm_121a cubin), and their shared-memory setting.
+bool mx_supported(MxAtom atom, int cc_major, int cc_minor);
+void mx_configure();
+
+void launch_mx_gemm1(MxAtom atom, const MxArgs& args, int64_t tokens, int max_active, cudaStream_t stream);
+void launch_mx_gemm2(MxAtom atom, const MxArgs& args, int64_t tokens, int max_active, cudaStream_t stream);
+
+}  // namespace mxmoe::mma

@@ -1,0 +1,197 @@
+// The tensor-core grouped GEMM with MXFP8 activations and an MX atom (mx_gemm.hpp, mx_atoms.cuh).
+//
+// Grid: x = halves of the expand's 128-row m-tiles (x / 2 is the m-tile, x % 2 its first or second
+// 64 rows; a half without rows exits), y = groups of 256 weight rows. 8 warps; warp w owns weight
+// tiles 2w, 2w+1 (4 n8 groups) for all 64 rows (4 m16 groups). Per chunk of K = 128, a 2-stage
+// cp.async pipeline brings the codes (64 rows x 128 bytes), the chunk's 512 swizzled scale bytes of
+// the 128-row group and the 16 weight records. One MMA per MX block: lane (g, t) reads word t of block
+// b of its weight row straight from the record (any lane may read any word in shared memory), and
+// bytes 8t..8t+7 of block b of its activation rows (mx_fragments.cuh has the slot order).
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "kernels/common/cp_async.cuh"
+#include "kernels/common/pdl_launch.cuh"
+#include "kernels/gemv/gemv_layout.hpp"
+#include "kernels/mma/epilogue.cuh"
+#include "kernels/mma/mx_atoms.cuh"
+#include "kernels/mma/mx_fragments.cuh"
+#include "kernels/mma/mx_gemm.hpp"
+#include "moe/cuda_check.hpp"
+#include "mxmoe/scale_layout.hpp"
+#include "routing/m_tiles.cuh"
+
+namespace mxmoe::mma {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kMTiles = 4;
+constexpr int kBlockM = 16 * kMTiles;                 // 64
+constexpr int kTilesPerBlock = 16;                    // 256 weight rows
+constexpr int kCodeRowBytes = gemv::kChunkK + 32;     // rows g..g+3 of a half-warp's 8-byte reads: distinct banks
+constexpr int kActBytes = kBlockM * kCodeRowBytes;
+constexpr int kScaleBytes = 512;                      // one chunk (4 k-blocks) of a 128-row group, swizzled
+constexpr int kWeightBytes = kTilesPerBlock * gemv::kChunkBytes;
+constexpr int kStageBytes = kActBytes + kScaleBytes + kWeightBytes;
+constexpr int kStages = 2;
+constexpr int kGranulesPerRecord = gemv::kChunkBytes / 16;
+
+// The swizzled-scale byte of local row l (0..63 of half `half`) and k-block b of the chunk.
+__device__ __forceinline__ int scale_index(int half, int l, int b) {
+  const int r = 64 * half + l;  // row inside the 128-row group
+  return (r % 32) * 16 + (r / 32) * 4 + b;
+}
+
+template <bool kGemm1, class Atom>
+__global__ void __launch_bounds__(kThreads, 1) mx_gemm_kernel(const MxArgs a) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  __shared__ routing::MTile tile;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  // Programmatic dependent launch: the routing and the expanded activations come from predecessors.
+  cudaGridDependencySynchronize();
+  cudaTriggerProgrammaticLaunchCompletion();
+  const int x128 = static_cast<int>(blockIdx.x) / 2, half = static_cast<int>(blockIdx.x) % 2;
+  routing::find_m_tile<128>(x128, a.active_experts, a.active_count, a.expert_offsets, tile);
+  __syncthreads();
+  if (tile.expert < 0) return;
+  const int rows = min(kBlockM, tile.rows - kBlockM * half);
+  if (rows <= 0) return;
+  const int expert = tile.expert;
+  const int64_t padded0 = int64_t{x128} * 128 + kBlockM * half;  // first row of the codes
+  const int64_t n_cb = padded_kblocks(a.k / 32) / 4;              // scale chunks of a 128-row group
+  const int tile0 = static_cast<int>(blockIdx.y) * kTilesPerBlock;
+  const uint8_t* weights = a.weights + expert * a.expert_stride;
+
+  auto load_stage = [&](int stage, int c) {
+    uint8_t* act = smem + stage * kStageBytes;
+    uint8_t* sc = act + kActBytes;
+    uint8_t* wst = sc + kScaleBytes;
+    for (int i = threadIdx.x; i < kBlockM * 8; i += kThreads) {
+      const int r = i >> 3, gr = i & 7;
+      const int kk = c * gemv::kChunkK + gr * 16;
+      const bool valid = kk < a.k;  // past K: zeros (they meet zero weights)
+      kernels::cp_async_16(act + r * kCodeRowBytes + gr * 16, a.codes + (padded0 + r) * a.k + (valid ? kk : 0), valid);
+    }
+    if (threadIdx.x < kScaleBytes / 16)
+      kernels::cp_async_16(sc + threadIdx.x * 16, a.scales + (x128 * n_cb + c) * kScaleBytes + threadIdx.x * 16, true);
+    for (int i = threadIdx.x; i < kTilesPerBlock * kGranulesPerRecord; i += kThreads) {
+      const int j = i / kGranulesPerRecord, off = (i - j * kGranulesPerRecord) * 16;
+      if (tile0 + j < a.tiles)
+        kernels::cp_async_16(wst + j * gemv::kChunkBytes + off,
+                             weights + (static_cast<int64_t>(tile0 + j) * a.chunks + c) * gemv::kChunkBytes + off, true);
+    }
+  };
+
+  float acc[kMTiles][2][2][4] = {};
+  const int wt = 2 * warp;
+  const bool warp_active = tile0 + wt < a.tiles;
+
+  load_stage(0, 0);
+  kernels::cp_async_commit();
+  for (int c = 0; c < a.chunks; ++c) {
+    if (c + 1 < a.chunks) load_stage((c + 1) & 1, c + 1);
+    kernels::cp_async_commit();
+    kernels::cp_async_wait<1>();
+    __syncthreads();
+    if (warp_active) {
+      const uint8_t* act = smem + (c & 1) * kStageBytes;
+      const uint8_t* sc = act + kActBytes;
+      const uint8_t* wst = sc + kScaleBytes;
+#pragma unroll 1
+      for (int b = 0; b < 4; ++b) {
+        uint32_t bw[2][2][2];  // [weight tile][half][first, second slots]
+        float fb[2][2][2];     // emulated: the column scales (rows 2t, 2t+1 of the group)
+        uint32_t sfb[2][2];    // native: column g's scale byte
+#pragma unroll
+        for (int q = 0; q < 2; ++q)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const uint8_t* record = wst + (wt + q) * gemv::kChunkBytes;
+            const uint32_t word = *reinterpret_cast<const uint32_t*>(record + h * 512 + (4 * g + b) * 16 + 4 * t);
+            mx_weight_slots<Atom::kContainers>(word, bw[q][h][0], bw[q][h][1]);
+            const uint8_t* scales = record + gemv::kChunkWeightBytes;
+            if constexpr (Atom::kContainers) {
+              sfb[q][h] = scales[(4 * g + b) * 2 + h];
+            } else {
+              fb[q][h][0] = e8m0_value(scales[(4 * (2 * t) + b) * 2 + h]);
+              fb[q][h][1] = e8m0_value(scales[(4 * (2 * t + 1) + b) * 2 + h]);
+            }
+          }
+#pragma unroll
+        for (int i = 0; i < kMTiles; ++i) {
+          const int l = 16 * i + g;
+          const uint8_t* row = act + l * kCodeRowBytes + b * 32 + 8 * t;
+          const uint2 lo = *reinterpret_cast<const uint2*>(row);
+          const uint2 hi = *reinterpret_cast<const uint2*>(row + 8 * kCodeRowBytes);
+          uint32_t a0, a1, a2, a3;
+          mx_act_slots(lo.x, lo.y, a0, a2);
+          mx_act_slots(hi.x, hi.y, a1, a3);
+          const uint32_t sa_lo = sc[scale_index(half, l, b)], sa_hi = sc[scale_index(half, l + 8, b)];
+#pragma unroll
+          for (int q = 0; q < 2; ++q)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              if constexpr (Atom::kContainers)
+                Atom::mma(acc[i][q][h], a0, a1, a2, a3, bw[q][h][0], bw[q][h][1], t == 0 ? sa_lo : sa_hi, sfb[q][h]);
+              else
+                Atom::mma(acc[i][q][h], a0, a1, a2, a3, bw[q][h][0], bw[q][h][1], e8m0_value(sa_lo),
+                          e8m0_value(sa_hi), fb[q][h][0], fb[q][h][1]);
+            }
+        }
+      }
+    }
+    __syncthreads();  // the stage is refilled next
+  }
+  if (!warp_active) return;
+  store_rows<kGemm1, kMTiles>(EpilogueArgs{a.bias, a.n, a.row_pair, a.pair_weights, a.out, a.alpha, a.limit}, acc,
+                              expert, tile.row0 + kBlockM * half, rows, tile0 + wt, g, t);
+}
+
+template <class F>
+void for_each_variant(F&& f) {
+  f(mx_gemm_kernel<true, MxEmulatedAtom>);
+  f(mx_gemm_kernel<false, MxEmulatedAtom>);
+  f(mx_gemm_kernel<true, MxNativeAtom>);
+  f(mx_gemm_kernel<false, MxNativeAtom>);
+}
+
+template <bool kGemm1>
+void launch(MxAtom atom, const MxArgs& a, int64_t tokens, int max_active, cudaStream_t stream) {
+  if (tokens == 0 || max_active == 0) return;
+  const int64_t halves = 2 * routing::m_tiles_bound(tokens * a.top_k, max_active, 128);
+  MXMOE_REQUIRE(halves < (int64_t{1} << 31), "mx: too many rows (", tokens * a.top_k, ")");
+  const dim3 grid(static_cast<unsigned>(halves), static_cast<unsigned>((a.tiles + kTilesPerBlock - 1) / kTilesPerBlock));
+  const size_t smem = mx_smem_bytes();
+  if (atom == MxAtom::Native)
+    kernels::launch_with_pdl(mx_gemm_kernel<kGemm1, MxNativeAtom>, grid, dim3(kThreads), smem, stream, a);
+  else
+    kernels::launch_with_pdl(mx_gemm_kernel<kGemm1, MxEmulatedAtom>, grid, dim3(kThreads), smem, stream, a);
+}
+
+}  // namespace
+
+size_t mx_smem_bytes() { return static_cast<size_t>(kStages) * kStageBytes; }
+
+bool mx_supported(MxAtom atom, int cc_major, int cc_minor) {
+  if (atom == MxAtom::Native) return cc_major == 12;
+  return cc_major > 8 || (cc_major == 8 && cc_minor >= 9);
+}
+
+void mx_configure() {
+  for_each_variant([](auto kernel) {
+    MXMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(mx_smem_bytes())));
+  });
+}
+
+void launch_mx_gemm1(MxAtom atom, const MxArgs& args, int64_t tokens, int max_active, cudaStream_t stream) {
+  launch<true>(atom, args, tokens, max_active, stream);
+}
+void launch_mx_gemm2(MxAtom atom, const MxArgs& args, int64_t tokens, int max_active, cudaStream_t stream) {
+  launch<false>(atom, args, tokens, max_active, stream);
+}
+
+}  // namespace mxmoe::mma

@@ -1,0 +1,125 @@
+// bf16 -> MXFP8 expand (expand.hpp): one block per m-tile of 128 padded rows, one thread per
+// (row, 32-element block). The quantisation is the CPU reference's (formats.hpp, mx_block.cpp) bit
+// for bit: the same scale rules, elements x * 2^-s rounded to nearest even and saturated by the
+// hardware e4m3 convert, a non-finite block marked by scale 0xFF with zero elements.
+#include <cuda_fp8.h>
+
+#include "kernels/common/pdl_launch.cuh"
+#include "moe/cuda_check.hpp"
+#include "mxmoe/scale_layout.hpp"
+#include "routing/expand.hpp"
+#include "routing/m_tiles.cuh"
+
+namespace mxmoe::routing {
+namespace {
+
+constexpr int kRows = 128;
+constexpr int kThreads = 256;
+constexpr int kE4m3Emax = 8;  // 448 = 1.75 * 2^8
+
+// The e8m0 byte of a block whose largest magnitude has the float bits `amax` (finite, > 0).
+__device__ __forceinline__ uint32_t block_scale(uint32_t amax, bool floor_rule) {
+  const int field = static_cast<int>(amax >> 23);
+  // A float subnormal amax lies below 2^-126: s <= -126 - 8 + 1, clamped to -127 by either rule.
+  if (field == 0) return 0;
+  int s = field - 127 - kE4m3Emax;
+  if (!floor_rule && (amax & 0x7FFFFFu) > 0x600000u) ++s;  // RCEIL: significand above 448's 1.75
+  return static_cast<uint32_t>(max(-127, min(127, s)) + 127);
+}
+
+// 2^-(byte - 127) for byte in [0, 254]; byte 254 gives the float subnormal 2^-127.
+__device__ __forceinline__ float inverse_scale(uint32_t byte) {
+  const uint32_t e = 254u - byte;
+  return __uint_as_float(e == 0 ? 0x00400000u : e << 23);
+}
+
+__global__ void __launch_bounds__(kThreads) expand_mxfp8_kernel(const ExpandArgs a, const RoutingBuffers r) {
+  __shared__ MTile tile;
+  // Programmatic dependent launch: the routing comes from the route kernel.
+  cudaGridDependencySynchronize();
+  cudaTriggerProgrammaticLaunchCompletion();
+  const int x = static_cast<int>(blockIdx.x);
+  find_m_tile<kRows>(x, r.active_experts, r.active_count, r.expert_offsets, tile);
+  __syncthreads();
+  if (tile.expert < 0) return;
+  const int kblocks = a.k / 32;
+  const int padded_kb = static_cast<int>(padded_kblocks(kblocks));
+  const bool floor_rule = a.rule == ScaleRule::Floor;
+  for (int i = threadIdx.x; i < kRows * padded_kb; i += kThreads) {
+    const int local = i / padded_kb, kb = i - local * padded_kb;
+    const int64_t out_row = int64_t{x} * kRows + local;
+    uint8_t* scale = a.scales + swizzled_scale_offset(out_row, kb, kblocks);
+    if (kb >= kblocks) {  // the padding k-blocks of the swizzled layout
+      *scale = 0;
+      continue;
+    }
+    uint4* codes = reinterpret_cast<uint4*>(a.codes + out_row * a.k + kb * 32);
+    if (local >= tile.rows) {  // a padding row
+      codes[0] = codes[1] = make_uint4(0, 0, 0, 0);
+      *scale = 0;
+      continue;
+    }
+    const int row = tile.row0 + local;
+    const int64_t src_row = a.gather ? r.row_pair[row] / a.top_k : row;
+    const uint4* src = reinterpret_cast<const uint4*>(a.act + src_row * a.k + kb * 32);
+    uint32_t w[16];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint4 v = src[j];
+      w[4 * j] = v.x, w[4 * j + 1] = v.y, w[4 * j + 2] = v.z, w[4 * j + 3] = v.w;
+    }
+    // The largest magnitude as bf16 bits (monotone in the magnitude); any exponent of all ones is
+    // inf or NaN, and makes the whole block NaN.
+    uint32_t amax = 0, nonfinite = 0;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const uint32_t lo = w[j] & 0x7FFFu, hi = (w[j] >> 16) & 0x7FFFu;
+      amax = max(amax, max(lo, hi));
+      nonfinite |= (lo >= 0x7F80u) | (hi >= 0x7F80u);
+    }
+    uint32_t byte;
+    uint32_t out[8];
+    if (nonfinite) {
+      byte = 0xFFu;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) out[j] = 0;
+    } else {
+      byte = amax == 0 ? 0u : block_scale(amax << 16, floor_rule);
+      const float inv = inverse_scale(byte);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        // Elements 4j..4j+3: two bf16x2 words -> four e4m3 bytes, element order kept.
+        const uint32_t p = w[2 * j], q = w[2 * j + 1];
+        const float2 f0 = make_float2(__uint_as_float(p << 16) * inv, __uint_as_float(p & 0xFFFF0000u) * inv);
+        const float2 f1 = make_float2(__uint_as_float(q << 16) * inv, __uint_as_float(q & 0xFFFF0000u) * inv);
+        const uint32_t b0 = __nv_cvt_float2_to_fp8x2(f0, __NV_SATFINITE, __NV_E4M3);
+        const uint32_t b1 = __nv_cvt_float2_to_fp8x2(f1, __NV_SATFINITE, __NV_E4M3);
+        out[j] = (b0 & 0xFFFFu) | (b1 << 16);
+      }
+    }
+    codes[0] = make_uint4(out[0], out[1], out[2], out[3]);
+    codes[1] = make_uint4(out[4], out[5], out[6], out[7]);
+    *scale = static_cast<uint8_t>(byte);
+  }
+}
+
+}  // namespace
+
+int64_t expand_padded_rows(int64_t pairs, int64_t max_active) { return m_tiles_bound(pairs, max_active, kRows) * kRows; }
+
+int64_t expand_scale_bytes(int64_t pairs, int64_t max_active, int k) {
+  return swizzled_scale_bytes(expand_padded_rows(pairs, max_active), k / 32);
+}
+
+void expand_mxfp8(const ExpandArgs& args, const RoutingBuffers& routing, int64_t tokens, int max_active,
+                  cudaStream_t stream) {
+  MXMOE_REQUIRE(args.k > 0 && args.k % 32 == 0, "expand: k must be a positive multiple of 32, got ", args.k);
+  MXMOE_REQUIRE(args.act != nullptr && args.codes != nullptr && args.scales != nullptr,
+                "expand: act, codes and scales must not be null");
+  if (tokens == 0 || max_active == 0) return;
+  const int64_t blocks = m_tiles_bound(tokens * args.top_k, max_active, kRows);
+  kernels::launch_with_pdl(expand_mxfp8_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, stream, args,
+                           routing);
+}
+
+}  // namespace mxmoe::routing
