@@ -227,7 +227,7 @@ class GpuBackend final : public BackendImpl {
     if (stages < 3) return;
 
     bind(a, w2_, config_.hidden, config_.intermediate);
-    a.act = ws.intermediate;
+    a.act = static_cast<const uint16_t*>(ws.intermediate);
     a.out = ws.expert_rows;
     a.combine_out = fused_combine ? out : nullptr;
     a.pair_row_out = ws.routing.pair_row;
@@ -309,7 +309,7 @@ class GpuBackend final : public BackendImpl {
     mma::launch_gemm1(a, tokens, max_active, m_tiles, stream);
     if (stages < 3) return;
     bind_mma(a, w2_, config_.hidden, config_.intermediate);
-    a.act = ws.intermediate;
+    a.act = static_cast<const uint16_t*>(ws.intermediate);
     a.out = ws.expert_rows;
     mma::launch_gemm2(a, tokens, max_active, m_tiles, stream);
     if (stages < 4) return;
@@ -340,7 +340,7 @@ class GpuBackend final : public BackendImpl {
       codes = static_cast<size_t>(routing::expand_code_bytes(pairs, slots, k));
       scales = static_cast<size_t>(routing::expand_scale_bytes(pairs, slots, k));
     }
-    return WorkspaceLayout(config_, tokens, floats, codes, scales);
+    return WorkspaceLayout(config_, tokens, floats, codes, scales, mx_mode() ? 4 : 2);
   }
 
   bool mx_mode() const { return mode_ == Backend::MxEmulated || mode_ == Backend::Mx; }
@@ -378,6 +378,7 @@ class GpuBackend final : public BackendImpl {
     mma::launch_mx_gemm1(mx_atom(), a, tokens, max_active, stream);
     if (stages < 3) return;
     e.act = ws.intermediate;
+    e.f32 = true;
     e.gather = false;
     e.k = config_.intermediate;
     routing::expand_mxfp8(e, ws.routing, tokens, max_active, stream);

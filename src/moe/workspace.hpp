@@ -12,7 +12,7 @@ namespace mxmoe {
 
 struct BoundWorkspace {
   routing::RoutingBuffers routing;
-  uint16_t* intermediate;  // [T*k, I] bf16
+  void* intermediate;      // [T*k, I] bf16 (fp32 for the MX backends)
   float* expert_rows;      // [T*k, H] fp32, already times the routing weight
   // The fused decode path (kernels/gemv/decode.hpp), when the backend asks for it:
   float* decode_partials;  // decode_floats fp32
@@ -32,7 +32,7 @@ struct WorkspaceLayout {
   // decode_floats: the fused decode path's partial sums for this T (0 when it is not used);
   // mx_code_bytes, mx_scale_bytes: the MX backends' expand output (0 otherwise).
   WorkspaceLayout(const MoeConfig& config, int64_t tokens, size_t decode_floats = 0, size_t mx_code_bytes = 0,
-                  size_t mx_scale_bytes = 0) {
+                  size_t mx_scale_bytes = 0, size_t intermediate_elem_bytes = 2) {
     const auto pairs = static_cast<size_t>(tokens * config.top_k);
     const auto experts = static_cast<size_t>(config.num_experts);
     auto take = [this](size_t bytes) {
@@ -48,7 +48,7 @@ struct WorkspaceLayout {
     row_pair = take(pairs * 4);
     pair_row = take(pairs * 4);
     global_counts = take(257 * 4);
-    intermediate = take(pairs * static_cast<size_t>(config.intermediate) * 2);
+    intermediate = take(pairs * static_cast<size_t>(config.intermediate) * intermediate_elem_bytes);
     expert_rows = take(pairs * static_cast<size_t>(config.hidden) * 4);
     decode_partials = take(decode_floats * 4);
     pair_slot = take(pairs * 4);
@@ -70,7 +70,7 @@ struct WorkspaceLayout {
     w.routing.pair_row = reinterpret_cast<int32_t*>(b + pair_row);
     w.routing.global_counts = reinterpret_cast<int32_t*>(b + global_counts);
     w.routing.ticket = w.routing.global_counts + 256;
-    w.intermediate = reinterpret_cast<uint16_t*>(b + intermediate);
+    w.intermediate = b + intermediate;
     w.expert_rows = reinterpret_cast<float*>(b + expert_rows);
     w.decode_partials = reinterpret_cast<float*>(b + decode_partials);
     w.pair_slot = reinterpret_cast<int32_t*>(b + pair_slot);

@@ -61,21 +61,37 @@ __global__ void __launch_bounds__(kThreads) expand_mxfp8_kernel(const ExpandArgs
     }
     const int row = tile.row0 + local;
     const int64_t src_row = a.gather ? r.row_pair[row] / a.top_k : row;
-    const uint4* src = reinterpret_cast<const uint4*>(a.act + src_row * a.k + kb * 32);
-    uint32_t w[16];
+    const int64_t src = src_row * a.k + kb * 32;
+    float x[32];
+    if (a.f32) {
+      const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(a.act) + src);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const uint4 v = src[j];
-      w[4 * j] = v.x, w[4 * j + 1] = v.y, w[4 * j + 2] = v.z, w[4 * j + 3] = v.w;
+      for (int j = 0; j < 8; ++j) {
+        const float4 v = p[j];
+        x[4 * j] = v.x, x[4 * j + 1] = v.y, x[4 * j + 2] = v.z, x[4 * j + 3] = v.w;
+      }
+    } else {
+      const uint4* p = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(a.act) + src);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint4 v = p[j];
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          x[8 * j + 2 * i] = __uint_as_float(w[i] << 16);
+          x[8 * j + 2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+        }
+      }
     }
-    // The largest magnitude as bf16 bits (monotone in the magnitude); any exponent of all ones is
+    // The largest magnitude as float bits (monotone in the magnitude); an exponent of all ones is
     // inf or NaN, and makes the whole block NaN.
-    uint32_t amax = 0, nonfinite = 0;
+    uint32_t amax = 0;
+    bool nonfinite = false;
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      const uint32_t lo = w[j] & 0x7FFFu, hi = (w[j] >> 16) & 0x7FFFu;
-      amax = max(amax, max(lo, hi));
-      nonfinite |= (lo >= 0x7F80u) | (hi >= 0x7F80u);
+    for (int j = 0; j < 32; ++j) {
+      const uint32_t m = __float_as_uint(x[j]) & 0x7FFFFFFFu;
+      amax = max(amax, m);
+      nonfinite |= m >= 0x7F800000u;
     }
     uint32_t byte;
     uint32_t out[8];
@@ -84,16 +100,13 @@ __global__ void __launch_bounds__(kThreads) expand_mxfp8_kernel(const ExpandArgs
 #pragma unroll
       for (int j = 0; j < 8; ++j) out[j] = 0;
     } else {
-      byte = amax == 0 ? 0u : block_scale(amax << 16, floor_rule);
+      byte = amax == 0 ? 0u : block_scale(amax, floor_rule);
       const float inv = inverse_scale(byte);
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        // Elements 4j..4j+3: two bf16x2 words -> four e4m3 bytes, element order kept.
-        const uint32_t p = w[2 * j], q = w[2 * j + 1];
-        const float2 f0 = make_float2(__uint_as_float(p << 16) * inv, __uint_as_float(p & 0xFFFF0000u) * inv);
-        const float2 f1 = make_float2(__uint_as_float(q << 16) * inv, __uint_as_float(q & 0xFFFF0000u) * inv);
-        const uint32_t b0 = __nv_cvt_float2_to_fp8x2(f0, __NV_SATFINITE, __NV_E4M3);
-        const uint32_t b1 = __nv_cvt_float2_to_fp8x2(f1, __NV_SATFINITE, __NV_E4M3);
+        // Elements 4j..4j+3 -> four e4m3 bytes, element order kept.
+        const uint32_t b0 = __nv_cvt_float2_to_fp8x2(make_float2(x[4 * j] * inv, x[4 * j + 1] * inv), __NV_SATFINITE, __NV_E4M3);
+        const uint32_t b1 = __nv_cvt_float2_to_fp8x2(make_float2(x[4 * j + 2] * inv, x[4 * j + 3] * inv), __NV_SATFINITE, __NV_E4M3);
         out[j] = (b0 & 0xFFFFu) | (b1 << 16);
       }
     }

@@ -19,7 +19,9 @@
 namespace mxmoe::routing {
 
 struct ExpandArgs {
-  const uint16_t* act = nullptr;  // bf16 activations: [T, K] tokens (gather) or [rows, K] sorted rows
+  const void* act = nullptr;      // activations, bf16 (or fp32 with f32): [T, K] tokens (gather) or
+                                  // [rows, K] sorted rows
+  bool f32 = false;               // fp32 input (the MX path's GEMM1 output), else bf16
   bool gather = true;             // true: row r reads token row_pair[r] / top_k; false: row r itself
   int k = 0;                      // K, a multiple of 32
   int top_k = 1;

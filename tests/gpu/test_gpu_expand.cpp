@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
 #include <numeric>
 
 #include "gpu/gpu_test_support.hpp"
@@ -51,6 +53,7 @@ struct ExpandCase {
   int k;
   ScaleRule rule;
   bool gather;
+  bool f32 = false;  // fp32 input (the MX path's intermediate), with full 24-bit significands
 };
 
 class GpuExpand : public ::testing::TestWithParam<ExpandCase> {};
@@ -83,7 +86,14 @@ TEST_P(GpuExpand, MatchesCpuQuantisationAndScaleLayoutByteForByte) {
   // The activations: tokens' rows (gather) or already sorted rows.
   auto act = random_hidden(tokens, c.k, rng);
   plant_special_blocks(act, c.k);
-  const DeviceBuffer d_act = to_device(act);
+  // The values as floats; fp32 input also gets random low significand bits (not bf16-representable).
+  std::vector<float> act_f(act.size());
+  for (size_t i = 0; i < act.size(); ++i) {
+    act_f[i] = bf16_to_float(act[i]);
+    if (c.f32 && std::isfinite(act_f[i]) && act_f[i] != 0.f && std::fabs(act_f[i]) > 1e-30f)
+      act_f[i] = std::bit_cast<float>(std::bit_cast<uint32_t>(act_f[i]) | static_cast<uint32_t>(rng() & 0xFFFF));
+  }
+  const DeviceBuffer d_act = c.f32 ? to_device(act_f) : to_device(act);
   const int max_active = static_cast<int>(std::min<int64_t>(cfg.num_experts, tokens));
   const int64_t code_bytes = routing::expand_code_bytes(tokens, max_active, c.k);
   const int64_t scale_bytes = routing::expand_scale_bytes(tokens, max_active, c.k);
@@ -91,7 +101,8 @@ TEST_P(GpuExpand, MatchesCpuQuantisationAndScaleLayoutByteForByte) {
   MXMOE_CUDA_CHECK(cudaMemset(d_codes.get(), 0xAB, d_codes.bytes()));  // poison: every byte read must be written
   MXMOE_CUDA_CHECK(cudaMemset(d_scales.get(), 0xAB, d_scales.bytes()));
   routing::ExpandArgs a;
-  a.act = d_act.get<uint16_t>();
+  a.act = d_act.get();
+  a.f32 = c.f32;
   a.gather = c.gather;
   a.k = c.k;
   a.top_k = 1;
@@ -123,7 +134,7 @@ TEST_P(GpuExpand, MatchesCpuQuantisationAndScaleLayoutByteForByte) {
       }
       const int64_t src = c.gather ? row_pair[static_cast<size_t>(sorted_row + r)] : sorted_row + r;
       std::vector<float> x(static_cast<size_t>(c.k));
-      for (int i = 0; i < c.k; ++i) x[i] = bf16_to_float(act[static_cast<size_t>(src * c.k + i)]);
+      for (int i = 0; i < c.k; ++i) x[i] = act_f[static_cast<size_t>(src * c.k + i)];
       std::vector<uint8_t> want(static_cast<size_t>(c.k));
       mxfp8_quantize(x, c.rule, want, std::span(plain).subspan(static_cast<size_t>(r) * kblocks, kblocks));
       for (int i = 0; i < c.k; ++i)
@@ -147,7 +158,9 @@ INSTANTIATE_TEST_SUITE_P(
                       ExpandCase{"edges_floor_gather", {0, 1, 127, 128, 129, 3, 0, 2}, 160, ScaleRule::Floor, true},
                       ExpandCase{"edges_rceil_rows", {129, 0, 1, 128, 127}, 2880, ScaleRule::Rceil, false},
                       ExpandCase{"one_expert_floor", {0, 0, 300, 0}, 96, ScaleRule::Floor, true},
-                      ExpandCase{"single_row", {0, 1}, 32, ScaleRule::Rceil, true}),
+                      ExpandCase{"single_row", {0, 1}, 32, ScaleRule::Rceil, true},
+                      ExpandCase{"f32_rceil_rows", {129, 0, 1, 128, 127}, 160, ScaleRule::Rceil, false, true},
+                      ExpandCase{"f32_floor_rows", {3, 64, 0, 200}, 2880, ScaleRule::Floor, false, true}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(GpuExpandErrors, RejectsBadK) {

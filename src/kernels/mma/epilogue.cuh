@@ -22,9 +22,10 @@ struct EpilogueArgs {
   float alpha, limit;
 };
 
-// GEMM1: bias + clamped SwiGLU -> bf16 intermediate; GEMM2: bias, times the routing weight -> fp32.
+// GEMM1: bias + clamped SwiGLU -> bf16 intermediate (fp32 with kF32Intermediate: the MX path
+// quantises it to MXFP8 from fp32, as the reference does); GEMM2: bias, times the routing weight -> fp32.
 // Rows [row0, row0 + rows) of the sorted order; the warp's weight tiles first_tile, first_tile + 1.
-template <bool kGemm1, int kMTiles>
+template <bool kGemm1, int kMTiles, bool kF32Intermediate = false>
 __device__ __forceinline__ void store_rows(const EpilogueArgs& a, const float (&acc)[kMTiles][2][2][4], int expert,
                                            int64_t row0, int rows, int first_tile, int g, int t) {
 #pragma unroll
@@ -51,9 +52,12 @@ __device__ __forceinline__ void store_rows(const EpilogueArgs& a, const float (&
             gate1 += __bfloat162float(__ushort_as_bfloat16(static_cast<uint16_t>(bv.y & 0xFFFFu)));
             lin1 += __bfloat162float(__ushort_as_bfloat16(static_cast<uint16_t>(bv.y >> 16)));
           }
-          const __nv_bfloat162 v = __floats2bfloat162_rn(gemv::swiglu(gate0, lin0, a.alpha, a.limit),
-                                                         gemv::swiglu(gate1, lin1, a.alpha, a.limit));
-          *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(a.out) + row * (a.n / 2) + f) = v;
+          const float act0 = gemv::swiglu(gate0, lin0, a.alpha, a.limit), act1 = gemv::swiglu(gate1, lin1, a.alpha, a.limit);
+          if constexpr (kF32Intermediate)
+            *reinterpret_cast<float2*>(static_cast<float*>(a.out) + row * (a.n / 2) + f) = make_float2(act0, act1);
+          else
+            *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(a.out) + row * (a.n / 2) + f) =
+                __floats2bfloat162_rn(act0, act1);
         } else {
 #pragma unroll
           for (int h = 0; h < 2; ++h) {

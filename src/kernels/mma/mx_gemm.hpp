@@ -25,7 +25,7 @@ struct MxArgs {
   const int32_t* active_experts = nullptr;
   const int32_t* active_count = nullptr;
   const float* pair_weights = nullptr;
-  void* out = nullptr;               // GEMM1: bf16 [rows, I]; GEMM2: fp32 [rows, H]
+  void* out = nullptr;               // GEMM1: fp32 [rows, I] (the expand quantises it); GEMM2: fp32 [rows, H]
   float alpha = 1.702f, limit = 7.0f;
 };
 

@@ -146,8 +146,8 @@ __global__ void __launch_bounds__(kThreads, 1) mx_gemm_kernel(const MxArgs a) {
     __syncthreads();  // the stage is refilled next
   }
   if (!warp_active) return;
-  store_rows<kGemm1, kMTiles>(EpilogueArgs{a.bias, a.n, a.row_pair, a.pair_weights, a.out, a.alpha, a.limit}, acc,
-                              expert, tile.row0 + kBlockM * half, rows, tile0 + wt, g, t);
+  store_rows<kGemm1, kMTiles, true>(EpilogueArgs{a.bias, a.n, a.row_pair, a.pair_weights, a.out, a.alpha, a.limit},
+                                    acc, expert, tile.row0 + kBlockM * half, rows, tile0 + wt, g, t);
 }
 
 template <class F>
