@@ -15,7 +15,7 @@ struct GpuInfo {
   size_t smem_per_block_optin = 0;
   std::string best_target;                   // e.g. "sm_121a" for a GB10: the arch-specific target
   bool has_native_kernels = false;           // a cubin of this build runs on it without JIT
-  std::vector<std::string> runnable_backends;
+  std::vector<std::string> runnable_backends;  // validated here; `mxmoe check` runs these by default
 };
 
 struct ProbeResult {
