@@ -44,6 +44,7 @@ void plant_special_blocks(std::vector<uint16_t>& act, int k) {
   fill(17 % blocks, [](int i) { return uint16_t(i == 9 ? 0xFFC1 : 0xBF80); });             // NaN
   fill(19 % blocks, [](int i) { return uint16_t(i == 0 ? 0x43E0 : 0x3C00 + i); });         // amax 448: scale 2^0
   fill(23 % blocks, [](int i) { return uint16_t(i == 0 ? 0x43E1 : 0x0400 + 7 * i); });     // just above 448, tiny rest
+  fill(29 % blocks, [](int i) { return uint16_t(i == 0 ? 0x3F80 : 0x8001 + i); });         // 1, then negatives -> -0
   (void)k;
 }
 
