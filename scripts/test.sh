@@ -2,7 +2,8 @@
 # Builds and runs every test: the default preset (all tests; GPU tests skip themselves without a
 # GPU), then the sanitizer preset (host code under ASan + UBSan, CUDA arch 90a) with the CPU tests,
 # then the Python package: `pip install .` into a virtual environment (CUDA arch 90a only, to keep
-# CI short; a plain `pip install .` builds 90a;120a;121a) and its pytest suite.
+# CI short; a plain `pip install .` builds 90a;120a;121a) and its pytest suite, then a bounded libFuzzer
+# run of the checkpoint reader from the committed seeds (scripts/fuzz.sh).
 # Prints the build times and a summary; exits non-zero if any step failed.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -43,6 +44,7 @@ if step "build (sanitize: ASan+UBSan, CUDA 90a)" scripts/build.sh sanitize; then
   step "ctest (sanitize, label cpu)" run_ctest --preset sanitize -L cpu -j "$jobs"
 fi
 step "python: pip install . (venv), pytest" python_tests
+step "fuzz: checkpoint reader, 60 s (libFuzzer)" bash scripts/fuzz.sh 60
 
 echo
 echo "== summary"
