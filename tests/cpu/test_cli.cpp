@@ -113,12 +113,12 @@ class CliTest : public ::testing::Test {
 TEST_F(CliTest, HelpExitsZeroAndListsCommands) {
   const CliResult r = run("--help");
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  for (const char* command : {"check", "probe", "gen-checkpoint", "run", "bench"})
+  for (const char* command : {"check", "probe", "gen-checkpoint", "run", "bench", "soak"})
     EXPECT_NE(r.out.find(command), std::string::npos) << command << " missing from:\n" << r.out;
 }
 
 TEST_F(CliTest, EverySubcommandHasHelp) {
-  for (const std::string command : {"check", "probe", "gen-checkpoint", "run", "bench"}) {
+  for (const std::string command : {"check", "probe", "gen-checkpoint", "run", "bench", "soak"}) {
     const CliResult r = run(command + " --help");
     EXPECT_EQ(r.exit_code, 0) << command << ": " << r.err;
     EXPECT_NE(r.out.find("Usage: mxmoe " + command), std::string::npos) << r.out;
@@ -213,6 +213,16 @@ TEST_F(CliTest, GpuBackendWithoutGpuIsAnError) {
   EXPECT_CLEAN_ERROR(r, 1);
   EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << r.err;
   EXPECT_NE(r.err.find("gemv"), std::string::npos) << r.err;
+}
+
+TEST_F(CliTest, SoakWithoutGpuIsAnErrorAndBadCountsAreUsageErrors) {
+  if (!mxmoe::gpu_available()) {
+    const CliResult r = run("soak --forwards 3");
+    EXPECT_CLEAN_ERROR(r, 1);
+    EXPECT_NE(r.err.find("soak: needs a usable GPU"), std::string::npos) << r.err;
+  }
+  EXPECT_CLEAN_ERROR(run("soak --forwards 0"), 2);
+  EXPECT_CLEAN_ERROR(run("soak --max-tokens -5"), 2);
 }
 
 TEST_F(CliTest, ProbeText) {

@@ -30,6 +30,7 @@ void add_probe_command(CLI::App& app, int& exit_code);
 void add_gen_checkpoint_command(CLI::App& app, int& exit_code);
 void add_run_command(CLI::App& app, int& exit_code);
 void add_bench_command(CLI::App& app, int& exit_code);  // cmd_bench.cu
+void add_soak_command(CLI::App& app, int& exit_code);
 
 // --- command-line helpers ----------------------------------------------------------------------
 // The valid names joined for help texts: "auto, reference, gemv".

@@ -1,4 +1,4 @@
-// The `mxmoe` command: check, probe, gen-checkpoint, run, bench.
+// The `mxmoe` command: check, probe, gen-checkpoint, run, bench, soak.
 // Exit codes: 0 ok, 1 failure (a failed check, or a mxmoe::Error at run time), 2 usage error.
 #include <CLI/CLI.hpp>
 #include <exception>
@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   add_gen_checkpoint_command(app, exit_code);
   add_run_command(app, exit_code);
   add_bench_command(app, exit_code);
+  add_soak_command(app, exit_code);
 
   // CLI11 would only say "a subcommand is required" here; name the unknown command and the valid ones.
   if (argc > 1 && argv[1][0] != '-') {
