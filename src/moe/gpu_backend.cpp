@@ -114,6 +114,19 @@ class GpuBackend final : public BackendImpl {
                       "MXMOE_GEMV_STAGES: ", forced, " stages do not fit this device's shared memory at K = ", k);
       stages = forced;
     }
+    // The MX backends' device requirements, before any upload.
+    if (mx_mode()) {
+      int major = 0, minor = 0;
+      MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+      MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+      MXMOE_REQUIRE(mma::mx_supported(mx_atom(), major, minor), "backend: '", to_string(mode), "' needs ",
+                    mode == Backend::Mx ? "an SM120/SM121 GPU (compute capability 12.x)"
+                                        : "compute capability 8.9 or newer",
+                    ", this device is ", major, ".", minor);
+      MXMOE_REQUIRE(mma::mx_smem_bytes() <= static_cast<size_t>(smem_optin), "backend: '", to_string(mode),
+                    "' needs ", mma::mx_smem_bytes(), " bytes of shared memory per block; this device allows ",
+                    smem_optin);
+    }
     w1_ = upload(weights.w1_blocks, weights.w1_scales, weights.w1_bias, config.num_experts, 2 * i, h, true);
     w2_ = upload(weights.w2_blocks, weights.w2_scales, weights.w2_bias, config.num_experts, h, i, false);
     w1_.stages = w2_.stages = stages;
@@ -130,19 +143,7 @@ class GpuBackend final : public BackendImpl {
     MXMOE_REQUIRE(mma_ok_ || mode != Backend::Mma, "backend: 'mma' needs ", mma::smem_bytes(4),
                   " bytes of shared memory per block; this device allows ", smem_optin);
     if (mma_ok_) mma::configure(static_cast<size_t>(smem_optin));
-    if (mx_mode()) {
-      int major = 0, minor = 0;
-      MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-      MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-      MXMOE_REQUIRE(mma::mx_supported(mx_atom(), major, minor), "backend: '", to_string(mode), "' needs ",
-                    mode == Backend::Mx ? "an SM120/SM121 GPU (compute capability 12.x)"
-                                        : "compute capability 8.9 or newer",
-                    ", this device is ", major, ".", minor);
-      MXMOE_REQUIRE(mma::mx_smem_bytes() <= static_cast<size_t>(smem_optin), "backend: '", to_string(mode),
-                    "' needs ", mma::mx_smem_bytes(), " bytes of shared memory per block; this device allows ",
-                    smem_optin);
-      mma::mx_configure();
-    }
+    if (mx_mode()) mma::mx_configure();
     device_ = device;
     // The fused decode path (kernels/gemv/decode.hpp) up to MXMOE_DECODE_TOKENS tokens (0: off).
     decode_tokens_ = kDefaultDecodeTokens;
