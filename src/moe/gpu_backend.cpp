@@ -203,15 +203,8 @@ class GpuBackend final : public BackendImpl {
 
     const int max_active = static_cast<int>(std::min<int64_t>(config_.num_experts, tokens * config_.top_k));
     gemv::GemvArgs a;
-    a.row_pair = ws.routing.row_pair;
+    bind_routing(a, ws);
     a.pair_row = ws.routing.pair_row;
-    a.top_k = config_.top_k;
-    a.expert_offsets = ws.routing.expert_offsets;
-    a.active_experts = ws.routing.active_experts;
-    a.active_count = ws.routing.active_count;
-    a.pair_weights = ws.routing.pair_weights;
-    a.alpha = config_.swiglu_alpha;
-    a.limit = config_.swiglu_limit;
     a.sm_count = sm_count_;
     a.ksplit_override = ksplit_override_;
     a.logits = local_route ? router_logits : nullptr;
@@ -296,14 +289,7 @@ class GpuBackend final : public BackendImpl {
     const int max_active = static_cast<int>(std::min<int64_t>(config_.num_experts, tokens * config_.top_k));
     const int m_tiles = mma::m_tiles_for(rows_per_expert(tokens));
     mma::MmaArgs a;
-    a.row_pair = ws.routing.row_pair;
-    a.top_k = config_.top_k;
-    a.expert_offsets = ws.routing.expert_offsets;
-    a.active_experts = ws.routing.active_experts;
-    a.active_count = ws.routing.active_count;
-    a.pair_weights = ws.routing.pair_weights;
-    a.alpha = config_.swiglu_alpha;
-    a.limit = config_.swiglu_limit;
+    bind_routing(a, ws);
     bind_mma(a, w1_, static_cast<int>(2 * config_.intermediate), config_.hidden);
     a.act = hidden;
     a.out = ws.intermediate;
@@ -318,13 +304,7 @@ class GpuBackend final : public BackendImpl {
   }
 
   static void bind_mma(mma::MmaArgs& a, const PackedMatrix& m, int n, int k) {
-    a.weights = m.packed.get<uint8_t>();
-    a.expert_stride = m.shape.bytes();
-    a.bias = m.bias.get<uint16_t>();
-    a.n = n;
-    a.k = k;
-    a.chunks = static_cast<int>(m.shape.chunks);
-    a.tiles = static_cast<int>(m.shape.tiles);
+    bind_weights(a, m, n, k);
     a.wide_scales = m.wide_scales;
   }
 
@@ -366,15 +346,8 @@ class GpuBackend final : public BackendImpl {
     mma::MxArgs a;
     a.codes = ws.mx_codes;
     a.scales = ws.mx_scales;
-    a.row_pair = ws.routing.row_pair;
-    a.top_k = config_.top_k;
-    a.expert_offsets = ws.routing.expert_offsets;
-    a.active_experts = ws.routing.active_experts;
-    a.active_count = ws.routing.active_count;
-    a.pair_weights = ws.routing.pair_weights;
-    a.alpha = config_.swiglu_alpha;
-    a.limit = config_.swiglu_limit;
-    bind_mx(a, w1_, static_cast<int>(2 * config_.intermediate), config_.hidden);
+    bind_routing(a, ws);
+    bind_weights(a, w1_, static_cast<int>(2 * config_.intermediate), config_.hidden);
     a.out = ws.intermediate;
     mma::launch_mx_gemm1(mx_atom(), a, tokens, max_active, stream);
     if (stages < 3) return;
@@ -383,22 +356,13 @@ class GpuBackend final : public BackendImpl {
     e.gather = false;
     e.k = config_.intermediate;
     routing::expand_mxfp8(e, ws.routing, tokens, max_active, stream);
-    bind_mx(a, w2_, config_.hidden, config_.intermediate);
+    bind_weights(a, w2_, config_.hidden, config_.intermediate);
     a.out = ws.expert_rows;
     mma::launch_mx_gemm2(mx_atom(), a, tokens, max_active, stream);
     if (stages < 4) return;
     routing::combine_rows(ws.expert_rows, ws.routing.pair_row, tokens, config_.top_k, config_.hidden, out, stream);
   }
 
-  static void bind_mx(mma::MxArgs& a, const PackedMatrix& m, int n, int k) {
-    a.weights = m.packed.get<uint8_t>();
-    a.expert_stride = m.shape.bytes();
-    a.bias = m.bias.get<uint16_t>();
-    a.n = n;
-    a.k = k;
-    a.chunks = static_cast<int>(m.shape.chunks);
-    a.tiles = static_cast<int>(m.shape.tiles);
-  }
 
   // stages (bench --stages): 1..3 = the fused kernel, 4 = and the combine.
   void forward_decode(const uint16_t* hidden, const float* router_logits, int64_t tokens, uint16_t* out,
@@ -437,6 +401,13 @@ class GpuBackend final : public BackendImpl {
   }
 
   static void bind(gemv::GemvArgs& a, const PackedMatrix& m, int n, int k) {
+    bind_weights(a, m, n, k);
+    a.wide_scales = m.wide_scales;
+    a.stages = m.stages;
+  }
+
+  // One GEMM's weights (every family reads the same upload) and the forward's routing.
+  static void bind_weights(kernels::GroupedWeights& a, const PackedMatrix& m, int n, int k) {
     a.weights = m.packed.get<uint8_t>();
     a.expert_stride = m.shape.bytes();
     a.bias = m.bias.get<uint16_t>();
@@ -444,8 +415,16 @@ class GpuBackend final : public BackendImpl {
     a.k = k;
     a.chunks = static_cast<int>(m.shape.chunks);
     a.tiles = static_cast<int>(m.shape.tiles);
-    a.wide_scales = m.wide_scales;
-    a.stages = m.stages;
+  }
+  void bind_routing(kernels::GroupedRouting& a, const BoundWorkspace& ws) const {
+    a.row_pair = ws.routing.row_pair;
+    a.top_k = config_.top_k;
+    a.expert_offsets = ws.routing.expert_offsets;
+    a.active_experts = ws.routing.active_experts;
+    a.active_count = ws.routing.active_count;
+    a.pair_weights = ws.routing.pair_weights;
+    a.alpha = config_.swiglu_alpha;
+    a.limit = config_.swiglu_limit;
   }
 
   MoeConfig config_;

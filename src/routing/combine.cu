@@ -1,6 +1,7 @@
 // combine: each token's k expert rows summed in slot order in fp32 (bitwise reproducible), bf16 out.
 #include <cuda_bf16.h>
 
+#include "kernels/common/bf16_pack.cuh"
 #include "kernels/common/pdl_launch.cuh"
 #include "moe/cuda_check.hpp"
 #include "routing/routing.hpp"
@@ -28,12 +29,7 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const float* __restri
     acc.z += v.z;
     acc.w += v.w;
   }
-  const __nv_bfloat162 lo = __floats2bfloat162_rn(acc.x, acc.y);
-  const __nv_bfloat162 hi = __floats2bfloat162_rn(acc.z, acc.w);
-  uint2 packed;
-  packed.x = *reinterpret_cast<const uint32_t*>(&lo);
-  packed.y = *reinterpret_cast<const uint32_t*>(&hi);
-  *reinterpret_cast<uint2*>(out + t * hidden + n) = packed;
+  *reinterpret_cast<uint2*>(out + t * hidden + n) = kernels::pack_bf16x4(acc);
 }
 
 }  // namespace

@@ -7,24 +7,13 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/common/grouped_args.hpp"
+
 namespace mxmoe::gemv {
 
-struct GemvArgs {
-  const uint8_t* weights = nullptr;  // packed weights and scales (gemv_layout.hpp), experts back to back
-  int64_t expert_stride = 0;         // bytes
-  const uint16_t* bias = nullptr;    // [E, N] bf16 in checkpoint row order, or null
-  int n = 0;                         // output rows per expert in the checkpoint (2I or H)
-  int k = 0;                         // K (H or I), multiple of 32
-  int chunks = 0, tiles = 0;
+struct GemvArgs : kernels::GroupedWeights, kernels::GroupedRouting {
   const uint16_t* act = nullptr;     // GEMM1: hidden [T, H]; GEMM2: intermediate [rows, I]
-  const int32_t* row_pair = nullptr;
-  int top_k = 1;
-  const int32_t* expert_offsets = nullptr;
-  const int32_t* active_experts = nullptr;
-  const int32_t* active_count = nullptr;
-  const float* pair_weights = nullptr;
   void* out = nullptr;               // GEMM1: bf16 [rows, I]; GEMM2: fp32 [rows, H]
-  float alpha = 1.702f, limit = 7.0f;
   int sm_count = 132;                // multiprocessors of the device (for the split-K choice)
   int ksplit_override = 0;           // 1, 2, 4 or 8 forces the split-K (MXMOE_GEMV_KSPLIT, for tuning)
   int stages = 2;                    // weight ring stages: kDefaultStages, or MXMOE_GEMV_STAGES

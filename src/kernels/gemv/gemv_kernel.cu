@@ -12,6 +12,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "kernels/common/bf16_pack.cuh"
 #include "kernels/common/bulk_copy.cuh"
 #include "kernels/common/mma_bf16.cuh"
 #include "kernels/common/mx_decode.cuh"
@@ -155,12 +156,7 @@ __device__ void combine_columns(const GemvArgs& a, const LocalRouting* local, in
       acc.z += v.z;
       acc.w += v.w;
     }
-    const __nv_bfloat162 lo = __floats2bfloat162_rn(acc.x, acc.y);
-    const __nv_bfloat162 hi = __floats2bfloat162_rn(acc.z, acc.w);
-    uint2 packed;
-    packed.x = *reinterpret_cast<const uint32_t*>(&lo);
-    packed.y = *reinterpret_cast<const uint32_t*>(&hi);
-    *reinterpret_cast<uint2*>(a.combine_out + static_cast<int64_t>(t) * a.n + col) = packed;
+    *reinterpret_cast<uint2*>(a.combine_out + static_cast<int64_t>(t) * a.n + col) = kernels::pack_bf16x4(acc);
   }
 }
 

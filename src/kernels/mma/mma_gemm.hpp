@@ -13,24 +13,13 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/common/grouped_args.hpp"
+
 namespace mxmoe::mma {
 
-struct MmaArgs {
-  const uint8_t* weights = nullptr;  // GEMV layout (gemv_layout.hpp), experts back to back
-  int64_t expert_stride = 0;         // bytes
-  const uint16_t* bias = nullptr;    // [E, N] bf16 in checkpoint row order, or null
-  int n = 0;                         // output rows per expert in the checkpoint (2I or H)
-  int k = 0;                         // K (H or I), multiple of 32
-  int chunks = 0, tiles = 0;         // K chunks of 128, 16-row weight tiles
+struct MmaArgs : kernels::GroupedWeights, kernels::GroupedRouting {
   const uint16_t* act = nullptr;     // GEMM1: hidden [T, H]; GEMM2: intermediate [rows, I]
-  const int32_t* row_pair = nullptr;
-  int top_k = 1;
-  const int32_t* expert_offsets = nullptr;
-  const int32_t* active_experts = nullptr;
-  const int32_t* active_count = nullptr;
-  const float* pair_weights = nullptr;
   void* out = nullptr;               // GEMM1: bf16 [rows, I]; GEMM2: fp32 [rows, H]
-  float alpha = 1.702f, limit = 7.0f;
   bool wide_scales = false;          // some scale byte is > 128 or 0xFF: the general multiplier path
 };
 

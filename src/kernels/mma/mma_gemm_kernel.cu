@@ -21,6 +21,7 @@
 #include "kernels/mma/bf16_atom.cuh"
 #include "kernels/mma/epilogue.cuh"
 #include "kernels/mma/mma_gemm.hpp"
+#include "kernels/mma/weight_stage.cuh"
 #include "moe/cuda_check.hpp"
 #include "routing/m_tiles.cuh"
 
@@ -32,7 +33,6 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kStages = 2;
 constexpr int kTilesPerBlock = kBlockN / gemv::kTileRows;                // 16
 constexpr int kWeightStageBytes = kTilesPerBlock * gemv::kChunkBytes;     // 17408
-constexpr int kGranulesPerRecord = gemv::kChunkBytes / 16;               // 68
 // One staged activation row of a chunk: 128 bf16, plus 64 bytes so rows g and g+1 fall 4 bank quads apart.
 constexpr int kRowBytes = gemv::kChunkK * 2 + 64;
 __host__ __device__ constexpr int act_stage_bytes(int m_tiles) { return block_m(m_tiles) * kRowBytes; }
@@ -90,12 +90,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kMTiles>) mma_gemm_kernel
       kernels::cp_async_16(act + r * kRowBytes + granule_slot(gr >> 2, gr & 3) * 16, a.act + (valid ? src + kk : 0),
                            valid);
     }
-    for (int i = threadIdx.x; i < kTilesPerBlock * kGranulesPerRecord; i += kThreads) {
-      const int j = i / kGranulesPerRecord, off = (i - j * kGranulesPerRecord) * 16;
-      if (tile0 + j < a.tiles)
-        kernels::cp_async_16(wst + j * gemv::kChunkBytes + off,
-                             weights + (static_cast<int64_t>(tile0 + j) * a.chunks + c) * gemv::kChunkBytes + off, true);
-    }
+    load_weight_records<kTilesPerBlock, kThreads>(wst, weights, tile0, a.tiles, a.chunks, c);
   };
 
   float acc[kMTiles][2][2][4] = {};  // [m16 tile][weight tile][half: rows 0-7 / 8-15][fragment]

@@ -8,25 +8,16 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/common/grouped_args.hpp"
+
 namespace mxmoe::mma {
 
 enum class MxAtom { Emulated, Native };
 
-struct MxArgs {
-  const uint8_t* weights = nullptr;  // GEMV layout, experts back to back
-  int64_t expert_stride = 0;
-  const uint16_t* bias = nullptr;
-  int n = 0, k = 0, chunks = 0, tiles = 0;
+struct MxArgs : kernels::GroupedWeights, kernels::GroupedRouting {
   const uint8_t* codes = nullptr;    // expand: [padded rows, K] e4m3
   const uint8_t* scales = nullptr;   // expand: swizzled e8m0
-  const int32_t* row_pair = nullptr;
-  int top_k = 1;
-  const int32_t* expert_offsets = nullptr;
-  const int32_t* active_experts = nullptr;
-  const int32_t* active_count = nullptr;
-  const float* pair_weights = nullptr;
   void* out = nullptr;               // GEMM1: fp32 [rows, I] (the expand quantises it); GEMM2: fp32 [rows, H]
-  float alpha = 1.702f, limit = 7.0f;
 };
 
 size_t mx_smem_bytes();

@@ -18,6 +18,7 @@
 #include "kernels/mma/mx_atoms.cuh"
 #include "kernels/mma/mx_fragments.cuh"
 #include "kernels/mma/mx_gemm.hpp"
+#include "kernels/mma/weight_stage.cuh"
 #include "moe/cuda_check.hpp"
 #include "mxmoe/scale_layout.hpp"
 #include "routing/m_tiles.cuh"
@@ -36,7 +37,6 @@ constexpr int kScaleBytes = 512;                      // one chunk (4 k-blocks) 
 constexpr int kWeightBytes = kTilesPerBlock * gemv::kChunkBytes;
 constexpr int kStageBytes = kActBytes + kScaleBytes + kWeightBytes;
 constexpr int kStages = 2;
-constexpr int kGranulesPerRecord = gemv::kChunkBytes / 16;
 
 // The swizzled-scale byte of local row l (0..63 of half `half`) and k-block b of the chunk.
 __device__ __forceinline__ int scale_index(int half, int l, int b) {
@@ -77,12 +77,7 @@ __global__ void __launch_bounds__(kThreads, 1) mx_gemm_kernel(const MxArgs a) {
     }
     if (threadIdx.x < kScaleBytes / 16)
       kernels::cp_async_16(sc + threadIdx.x * 16, a.scales + (x128 * n_cb + c) * kScaleBytes + threadIdx.x * 16, true);
-    for (int i = threadIdx.x; i < kTilesPerBlock * kGranulesPerRecord; i += kThreads) {
-      const int j = i / kGranulesPerRecord, off = (i - j * kGranulesPerRecord) * 16;
-      if (tile0 + j < a.tiles)
-        kernels::cp_async_16(wst + j * gemv::kChunkBytes + off,
-                             weights + (static_cast<int64_t>(tile0 + j) * a.chunks + c) * gemv::kChunkBytes + off, true);
-    }
+    load_weight_records<kTilesPerBlock, kThreads>(wst, weights, tile0, a.tiles, a.chunks, c);
   };
 
   float acc[kMTiles][2][2][4] = {};
