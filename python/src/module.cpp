@@ -23,7 +23,18 @@ using namespace nb::literals;
 namespace mxmoe::python {
 namespace {
 
-using Array = nb::ndarray<nb::c_contig>;
+// Any layout is accepted at the boundary (no implicit copies: a copied `out` would never be written
+// back), then checked: every tensor must be C-contiguous.
+using Array = nb::ndarray<>;
+
+void require_contiguous(const Array& a, const char* name) {
+  if (a.size() == 0) return;  // no elements: any strides describe it
+  int64_t expected = 1;
+  for (size_t i = a.ndim(); i-- > 0;) {
+    MXMOE_REQUIRE(a.shape(i) <= 1 || a.stride(i) == expected, name, ": must be C-contiguous (dense, row-major)");
+    expected *= static_cast<int64_t>(a.shape(i));
+  }
+}
 
 // 2-byte elements that carry bf16 bits: bfloat16 itself, or raw 16-bit integers.
 bool is_bf16_like(const Array& a) {
@@ -49,6 +60,7 @@ std::string shape_text(const Array& a) {
 }
 
 void require_shape(const Array& a, const char* name, std::initializer_list<int64_t> want) {
+  require_contiguous(a, name);
   bool ok = a.ndim() == want.size();
   size_t i = 0;
   for (const int64_t w : want) ok = ok && static_cast<int64_t>(a.shape(i++)) == w;
@@ -124,6 +136,8 @@ class Layer {
   // backend) or all on the runner's GPU. stream: a cudaStream_t as an integer (0: the legacy stream).
   void forward(const Array& hidden, const Array& logits, Array& out, uintptr_t stream) {
     MXMOE_REQUIRE(hidden.ndim() == 2, "hidden: expected 2 dimensions [T, H], got ", shape_text(hidden));
+    MXMOE_REQUIRE(logits.ndim() == 2 && logits.shape(0) == hidden.shape(0), "router_logits: expected [T, E] with T = ",
+                  hidden.shape(0), " (hidden's rows), got ", shape_text(logits));
     const auto tokens = static_cast<int64_t>(hidden.shape(0));
     MXMOE_REQUIRE(is_bf16_like(hidden), "hidden: expected bfloat16");
     require_shape(hidden, "hidden", {tokens, config_.hidden});
@@ -245,7 +259,8 @@ NB_MODULE(_mxmoe, m) {
                     int64_t>(),
            "config"_a, "w1_blocks"_a, "w1_scales"_a, "w1_bias"_a.none(), "w2_blocks"_a, "w2_scales"_a,
            "w2_bias"_a.none(), "backend"_a = "auto", "max_tokens"_a = 4096)
-      .def("forward", &Layer::forward, "hidden"_a, "router_logits"_a, "out"_a, "stream"_a = 0)
+      .def("forward", &Layer::forward, "hidden"_a.noconvert(), "router_logits"_a.noconvert(), "out"_a.noconvert(),
+           "stream"_a = 0)
       .def_prop_ro("backend", &Layer::backend)
       .def_prop_ro("max_tokens", &Layer::max_tokens)
       .def_prop_ro("config", &Layer::config)
