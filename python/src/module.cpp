@@ -91,7 +91,7 @@ std::vector<T> as_vector(const std::vector<uint8_t>& bytes) {
   return v;
 }
 
-// One MoE layer: the weights (host copy, then uploaded by the runner), the runner and, for a GPU
+// One MoE layer: the runner (which uploads or copies the weights) and, for a GPU
 // backend, its workspace, sized once for max_tokens so that forward allocates nothing (graph-safe).
 class Layer {
  public:
@@ -101,6 +101,9 @@ class Layer {
       : config_(config) {
     config_.validate();
     const int64_t e = config.num_experts, h = config.hidden, i = config.intermediate;
+    // The host copy lives only as long as the constructor: every backend keeps its own (the GPU ones
+    // uploaded, the CPU reference copied).
+    MoeLayerData data;
     MXMOE_REQUIRE(is_u8(w1_blocks), "w1_blocks: expected uint8");
     require_shape(w1_blocks, "w1_blocks", {e, 2 * i, h / 32, 16});
     MXMOE_REQUIRE(is_u8(w1_scales), "w1_scales: expected uint8 (e8m0)");
@@ -109,26 +112,26 @@ class Layer {
     require_shape(w2_blocks, "w2_blocks", {e, h, i / 32, 16});
     MXMOE_REQUIRE(is_u8(w2_scales), "w2_scales: expected uint8 (e8m0)");
     require_shape(w2_scales, "w2_scales", {e, h, i / 32});
-    data_.w1_blocks = host_bytes(w1_blocks, "w1_blocks");
-    data_.w1_scales = host_bytes(w1_scales, "w1_scales");
-    data_.w2_blocks = host_bytes(w2_blocks, "w2_blocks");
-    data_.w2_scales = host_bytes(w2_scales, "w2_scales");
+    data.w1_blocks = host_bytes(w1_blocks, "w1_blocks");
+    data.w1_scales = host_bytes(w1_scales, "w1_scales");
+    data.w2_blocks = host_bytes(w2_blocks, "w2_blocks");
+    data.w2_scales = host_bytes(w2_scales, "w2_scales");
     if (w1_bias) {
       MXMOE_REQUIRE(is_bf16_like(*w1_bias), "w1_bias: expected bfloat16");
       require_shape(*w1_bias, "w1_bias", {e, 2 * i});
-      data_.w1_bias = as_vector<uint16_t>(host_bytes(*w1_bias, "w1_bias"));
+      data.w1_bias = as_vector<uint16_t>(host_bytes(*w1_bias, "w1_bias"));
     }
     if (w2_bias) {
       MXMOE_REQUIRE(is_bf16_like(*w2_bias), "w2_bias: expected bfloat16");
       require_shape(*w2_bias, "w2_bias", {e, h});
-      data_.w2_bias = as_vector<uint16_t>(host_bytes(*w2_bias, "w2_bias"));
+      data.w2_bias = as_vector<uint16_t>(host_bytes(*w2_bias, "w2_bias"));
     }
     MXMOE_REQUIRE(max_tokens >= 1, "max_tokens: must be >= 1, got ", max_tokens);
     RunnerOptions options;
     options.backend = parse_backend(backend);
     options.max_tokens = max_tokens;
     options.use_env = options.backend == Backend::Auto;
-    runner_ = std::make_unique<MoeRunner>(config_, data_.view(), options);
+    runner_ = std::make_unique<MoeRunner>(config_, data.view(), options);
     if (runner_->on_gpu()) workspace_ = DeviceBuffer(std::max<size_t>(runner_->workspace_bytes(), 1));
   }
 
@@ -171,7 +174,6 @@ class Layer {
 
  private:
   MoeConfig config_;
-  MoeLayerData data_;
   std::unique_ptr<MoeRunner> runner_;
   DeviceBuffer workspace_;
 };
