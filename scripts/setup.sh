@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Installs what the build needs from Debian packages (only those missing), puts nvcc on PATH, and
+# Installs what the build needs from Debian packages (only those missing; clang and its libFuzzer
+# runtime for scripts/fuzz.sh), puts nvcc on PATH, and
 # installs cuobjdump/nvdisasm from PyPI into .tools/ for the SASS check when the toolkit lacks them.
 # Quiet, non-interactive and idempotent. Run it, or source it (the other scripts do) so that the
 # PATH change reaches the calling shell.
 
 mxmoe_setup() {
-  local packages=(cmake ninja-build g++ libgtest-dev googletest nlohmann-json3-dev libcli11-dev)
+  local packages=(cmake ninja-build g++ libgtest-dev googletest nlohmann-json3-dev libcli11-dev clang libclang-rt-14-dev)
   local missing=() package
   if command -v dpkg-query >/dev/null 2>&1; then
     for package in "${packages[@]}"; do
