@@ -109,6 +109,8 @@ class GpuBackend final : public BackendImpl {
     // before the upload, so a refused depth costs no repacking.
     int stages = gemv::kDefaultStages;
     if (const int forced = env_choice("MXMOE_GEMV_STAGES", {2, 3})) {
+      MXMOE_REQUIRE(gemv::stages_built(forced), "MXMOE_GEMV_STAGES: ", forced,
+                    " stages are not built in this (minimal) profile; it has ", gemv::kDefaultStages);
       for (const int64_t k : {h, i})
         MXMOE_REQUIRE(gemv::stages_fit(static_cast<int>(k), forced, static_cast<size_t>(smem_optin), static_smem),
                       "MXMOE_GEMV_STAGES: ", forced, " stages do not fit this device's shared memory at K = ", k);

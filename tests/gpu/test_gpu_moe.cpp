@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "gpu/gpu_test_support.hpp"
+#include "kernels/gemv/gemv.hpp"
 
 namespace mxmoe::test {
 namespace {
@@ -228,6 +229,7 @@ TEST(GpuLayerVariants, RingStagesAndSplitKMatchReference) {
   reference_moe_f64(cfg, layer.view(), hidden, logits, tokens, ref);
   for (const char* stages : {"2", "3"})
     for (const char* ksplit : {"1", "2", "4", "8"}) {
+      if (!gemv::stages_built(std::atoi(stages))) continue;  // the minimal profile has 2 only
       SCOPED_TRACE(std::string("MXMOE_GEMV_STAGES=") + stages + " MXMOE_GEMV_KSPLIT=" + ksplit);
       ASSERT_EQ(setenv("MXMOE_GEMV_STAGES", stages, 1), 0);
       ASSERT_EQ(setenv("MXMOE_GEMV_KSPLIT", ksplit, 1), 0);

@@ -52,6 +52,12 @@ size_t smem_bytes(int k, int stages);
 // 2 stages beat 3 at decode sizes (T = 1: 30.9 vs 32.1 us; T = 4: 81.3 vs 89.3 us; T = 16 equal),
 // and 2 is what fits SM120/SM121's 99 KB at gpt-oss's K. 3 can be forced where it fits.
 inline constexpr int kDefaultStages = 2;
+// Whether this build has the kernels of a ring depth (the minimal profile has only the default).
+#if defined(MXMOE_MINIMAL)
+inline constexpr bool stages_built(int stages) { return stages == kDefaultStages; }
+#else
+inline constexpr bool stages_built(int stages) { return stages == 2 || stages == 3; }
+#endif
 // Whether a ring of `stages` fits next to the static shared memory at K on a device.
 bool stages_fit(int k, int stages, size_t smem_per_block_optin, size_t static_smem);
 // Largest K the family supports (with 2 stages) on a device.

@@ -368,10 +368,13 @@ void launch(const GemvArgs& a, int64_t tokens, int max_active, cudaStream_t stre
   const size_t smem = smem_for(a.k, rows_cap, a.stages);
   const dim3 block(kThreads);
   auto go = [&](auto kernel) { kernels::launch_with_pdl(kernel, grid, block, smem, stream, a, ksplit, rows_cap); };
-  if (a.stages == kMaxStages)
+#if !defined(MXMOE_MINIMAL)
+  if (a.stages == kMaxStages) {
     a.wide_scales ? go(gemv_kernel<kGemm1, true, kMaxStages>) : go(gemv_kernel<kGemm1, false, kMaxStages>);
-  else
-    a.wide_scales ? go(gemv_kernel<kGemm1, true, kMinStages>) : go(gemv_kernel<kGemm1, false, kMinStages>);
+    return;
+  }
+#endif
+  a.wide_scales ? go(gemv_kernel<kGemm1, true, kMinStages>) : go(gemv_kernel<kGemm1, false, kMinStages>);
 }
 
 }  // namespace
@@ -392,10 +395,12 @@ int max_k(size_t smem_per_block_optin, size_t static_smem) {
 namespace {
 template <class F>
 void for_each_variant(F&& f) {
+#if !defined(MXMOE_MINIMAL)
   f(gemv_kernel<true, false, kMaxStages>);
   f(gemv_kernel<true, true, kMaxStages>);
   f(gemv_kernel<false, false, kMaxStages>);
   f(gemv_kernel<false, true, kMaxStages>);
+#endif
   f(gemv_kernel<true, false, kMinStages>);
   f(gemv_kernel<true, true, kMinStages>);
   f(gemv_kernel<false, false, kMinStages>);

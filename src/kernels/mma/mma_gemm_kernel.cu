@@ -154,24 +154,30 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kMTiles>) mma_gemm_kernel
 
 template <class F>
 void for_each_variant(F&& f) {
+#if !defined(MXMOE_MINIMAL)
   f(mma_gemm_kernel<true, false, 1>, 1);
   f(mma_gemm_kernel<true, false, 2>, 2);
-  f(mma_gemm_kernel<true, false, 4>, 4);
   f(mma_gemm_kernel<true, true, 1>, 1);
   f(mma_gemm_kernel<true, true, 2>, 2);
-  f(mma_gemm_kernel<true, true, 4>, 4);
   f(mma_gemm_kernel<false, false, 1>, 1);
   f(mma_gemm_kernel<false, false, 2>, 2);
-  f(mma_gemm_kernel<false, false, 4>, 4);
   f(mma_gemm_kernel<false, true, 1>, 1);
   f(mma_gemm_kernel<false, true, 2>, 2);
+#endif
+  f(mma_gemm_kernel<true, false, 4>, 4);
+  f(mma_gemm_kernel<true, true, 4>, 4);
+  f(mma_gemm_kernel<false, false, 4>, 4);
   f(mma_gemm_kernel<false, true, 4>, 4);
 }
 
 template <bool kGemm1>
 void launch(const MmaArgs& a, int64_t tokens, int max_active, int m_tiles, cudaStream_t stream) {
   if (tokens == 0 || max_active == 0) return;
+#if defined(MXMOE_MINIMAL)
+  MXMOE_REQUIRE(m_tiles == 4, "mma: the minimal profile has only m_tiles 4, got ", m_tiles);
+#else
   MXMOE_REQUIRE(m_tiles == 1 || m_tiles == 2 || m_tiles == 4, "mma: m_tiles must be 1, 2 or 4, got ", m_tiles);
+#endif
   const int64_t pairs = tokens * a.top_k;
   const int64_t m_blocks = routing::m_tiles_bound(pairs, max_active, block_m(m_tiles));
   MXMOE_REQUIRE(m_blocks < (int64_t{1} << 31), "mma: too many rows (", pairs, ")");
@@ -179,12 +185,14 @@ void launch(const MmaArgs& a, int64_t tokens, int max_active, int m_tiles, cudaS
   const size_t smem = smem_bytes(m_tiles);
   auto go = [&](auto kernel) { kernels::launch_with_pdl(kernel, grid, dim3(kThreads), smem, stream, a); };
   switch (m_tiles) {
+#if !defined(MXMOE_MINIMAL)
     case 1:
       a.wide_scales ? go(mma_gemm_kernel<kGemm1, true, 1>) : go(mma_gemm_kernel<kGemm1, false, 1>);
       break;
     case 2:
       a.wide_scales ? go(mma_gemm_kernel<kGemm1, true, 2>) : go(mma_gemm_kernel<kGemm1, false, 2>);
       break;
+#endif
     default:
       a.wide_scales ? go(mma_gemm_kernel<kGemm1, true, 4>) : go(mma_gemm_kernel<kGemm1, false, 4>);
   }
@@ -193,6 +201,10 @@ void launch(const MmaArgs& a, int64_t tokens, int max_active, int m_tiles, cudaS
 }  // namespace
 
 int m_tiles_for(double rows_per_expert) {
+#if defined(MXMOE_MINIMAL)
+  (void)rows_per_expert;
+  return 4;  // the one tile of the minimal profile
+#endif
   if (rows_per_expert <= 16) return 1;
   if (rows_per_expert <= 32) return 2;
   return 4;
