@@ -4,7 +4,8 @@
 # build.log, gpu_tests.log, cpu_tests.log, bench.txt, bench.err, bench_<model>.json.
 #   scripts/gpu_run.sh [OUT_DIR]          env: ARCHS (default 90a), BENCH (default "120b 20b"), TESTS=0/1,
 #   SANITIZE=1 (compute-sanitizer memcheck and racecheck over the GPU tests: sanitize_*.log),
-#   SOAK=N (mxmoe soak --forwards N on gpt-oss-20b: soak.log), PYTEST=1 (pip install . and pytest: pytest.log)
+#   SOAK=N (mxmoe soak --forwards N on gpt-oss-20b: soak.log), PYTEST=1 (the Python package's pytest: pytest.log),
+#   TUNE=1 (bench --tune for each BENCH model: tune_<model>.json, the planner's preference tables)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-${OUT:-out}}
@@ -50,7 +51,9 @@ if [ "${PYTEST:-0}" = 1 ]; then
   tail -3 "$out/pytest.log"
 fi
 for model in ${BENCH:-120b 20b}; do
-  build-gpu/tools/mxmoe/mxmoe bench --preset "gpt-oss-$model" ${BENCH_ARGS:-} --json "$out/bench_gpt-oss-$model.json" \
+  tune_args=()
+  [ "${TUNE:-0}" = 1 ] && tune_args=(--tune "$out/tune_gpt-oss-$model.json")
+  build-gpu/tools/mxmoe/mxmoe bench --preset "gpt-oss-$model" ${BENCH_ARGS:-} "${tune_args[@]}" --json "$out/bench_gpt-oss-$model.json" \
     2>>"$out/bench.err" | tee -a "$out/bench.txt" || { status=1; tail -5 "$out/bench.err"; }
 done
 exit $status

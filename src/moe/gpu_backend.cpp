@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <span>
 #include <sstream>
@@ -19,6 +20,7 @@
 #include "routing/expand.hpp"
 #include "moe/backend.hpp"
 #include "moe/device_buffer.hpp"
+#include "moe/tune_table.hpp"
 #include "moe/workspace.hpp"
 #include "mxmoe/error.hpp"
 #include "routing/routing.hpp"
@@ -145,6 +147,20 @@ class GpuBackend final : public BackendImpl {
     MXMOE_REQUIRE(mma_ok_ || mode != Backend::Mma, "backend: 'mma' needs ", mma::smem_bytes(4),
                   " bytes of shared memory per block; this device allows ", smem_optin);
     if (mma_ok_) mma::configure(static_cast<size_t>(smem_optin));
+    // Tuning knob: force the tensor-core tile (m16 tiles per block), e.g. for bench --tune.
+    mtiles_override_ = env_choice("MXMOE_MMA_MTILES", {1, 2, 4});
+    MXMOE_REQUIRE(mtiles_override_ == 0 || mma::m_tiles_supported(mtiles_override_), "MXMOE_MMA_MTILES: ",
+                  mtiles_override_, " is not built in this (minimal) profile");
+    // The measured preference table (bench --tune), when MXMOE_TUNE_FILE names one for this device
+    // and shape; a table for another device or shape is ignored, a malformed one is an Error.
+    if (const char* path = std::getenv("MXMOE_TUNE_FILE"); path != nullptr && *path != '\0') {
+      std::optional<TuneTable> table = load_tune_table(path);
+      MXMOE_REQUIRE(table.has_value(), "MXMOE_TUNE_FILE: '", path, "' is not a readable file");
+      cudaDeviceProp prop{};
+      MXMOE_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+      if (table->matches(prop.name, std::to_string(prop.major) + "." + std::to_string(prop.minor), config))
+        tune_ = std::move(table);
+    }
     if (mx_mode()) mma::mx_configure();
     device_ = device;
     // The fused decode path (kernels/gemv/decode.hpp) up to MXMOE_DECODE_TOKENS tokens (0: off).
@@ -239,9 +255,9 @@ class GpuBackend final : public BackendImpl {
                                                : "mx emulated (e4m3 mma.sync, scales in fp32)") +
              " 64x256x128 tiles, MXFP8 expand (RCEIL) before both gemms";
     if (uses_mma(tokens)) {
-      const int m_tiles = mma::m_tiles_for(rows_per_expert(tokens));
+      const int m_tiles = m_tiles_for(tokens);
       return "mma bf16 " + std::to_string(mma::block_m(m_tiles)) + "x" + std::to_string(mma::kBlockN) +
-             "x128 tiles, both gemms";
+             "x128 tiles, both gemms" + (tune_ ? " (tune table)" : "");
     }
     if (tokens > 0 && tokens <= decode_tokens_)
       return "fused decode (route + gemm1 + swiglu + gemm2 per 32-feature unit, " + std::to_string(grid()) +
@@ -281,7 +297,19 @@ class GpuBackend final : public BackendImpl {
   static constexpr double kMmaMinRows = 8.0;
   bool uses_mma(int64_t tokens) const {
     if (mode_ == Backend::Mma) return true;
-    return mode_ == Backend::Auto && mma_ok_ && rows_per_expert(tokens) >= kMmaMinRows;
+    if (mode_ != Backend::Auto || !mma_ok_) return false;
+    return tune_ ? tune_->plan_for(rows_per_expert(tokens)).mma : rows_per_expert(tokens) >= kMmaMinRows;
+  }
+
+  // The tensor-core tile: forced (MXMOE_MMA_MTILES), else the tune table's (when built here), else
+  // the rule of mma::m_tiles_for.
+  int m_tiles_for(int64_t tokens) const {
+    if (mtiles_override_ > 0) return mtiles_override_;
+    if (tune_) {
+      const TunePlan& p = tune_->plan_for(rows_per_expert(tokens));
+      if (p.mma && mma::m_tiles_supported(p.m_tiles)) return p.m_tiles;
+    }
+    return mma::m_tiles_for(rows_per_expert(tokens));
   }
 
   void forward_mma(const uint16_t* hidden, const float* router_logits, int64_t tokens, uint16_t* out,
@@ -289,7 +317,7 @@ class GpuBackend final : public BackendImpl {
     routing::route_and_permute(config_, router_logits, tokens, ws.routing, stream);
     if (stages < 2) return;
     const int max_active = static_cast<int>(std::min<int64_t>(config_.num_experts, tokens * config_.top_k));
-    const int m_tiles = mma::m_tiles_for(rows_per_expert(tokens));
+    const int m_tiles = m_tiles_for(tokens);
     mma::MmaArgs a;
     bind_routing(a, ws);
     bind_mma(a, w1_, static_cast<int>(2 * config_.intermediate), config_.hidden);
@@ -440,6 +468,8 @@ class GpuBackend final : public BackendImpl {
   int device_ = 0;
   int ksplit_override_ = 0;
   int fused_combine_tokens_ = gemv::kDefaultFusedCombineTokens;
+  int mtiles_override_ = 0;
+  std::optional<TuneTable> tune_;
 };
 
 }  // namespace

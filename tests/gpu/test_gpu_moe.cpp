@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstdio>
+#include <fstream>
 #include <cstring>
 #include <tuple>
 
@@ -163,6 +165,44 @@ TEST(GpuLayerPaths, SmallBatchSequencesGiveTheGeneralPathsBits) {
       EXPECT_EQ(out, run_graph_replay(runner, h, l, t)) << "graph replay differs from eager";
     }
   }
+}
+
+// MXMOE_TUNE_FILE: a table for this device and shape steers Auto (here: the 32-row tensor-core tile at
+// every T, even T = 1); a table for another device is ignored; the result still matches the reference.
+TEST(GpuLayerTune, AutoFollowsATableForThisDeviceOnly) {
+  MXMOE_SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const MoeConfig cfg = mxmoe::test::make_config(32, 4, 512, 384);
+  const MoeLayerData layer = MoeLayerData::random(cfg, seed);
+  int device = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, device), cudaSuccess);
+  const std::string path = ::testing::TempDir() + "mxmoe_gpu_tune.json";
+  auto write = [&](const std::string& name) {
+    std::ofstream(path) << R"({"device": ")" << name << R"(", "compute_capability": ")" << prop.major << "."
+                        << prop.minor << R"(", "shape": {"experts": 32, "top_k": 4, "hidden": 512, "intermediate": 384},
+                        "plans": [{"family": "mma", "m_tiles": 2}]})";
+  };
+  const auto hidden = random_hidden(3, cfg.hidden, rng);
+  const auto logits = random_logits(3, cfg.num_experts, rng);
+  std::vector<double> ref(static_cast<size_t>(3 * cfg.hidden));
+  reference_moe_f64(cfg, layer.view(), hidden, logits, 3, ref);
+  ASSERT_EQ(setenv("MXMOE_TUNE_FILE", path.c_str(), 1), 0);
+  write(prop.name);
+  const MoeRunner tuned(cfg, layer.view(), gemv_options(8, Backend::Auto));
+  write("some other GPU");
+  const MoeRunner untuned(cfg, layer.view(), gemv_options(8, Backend::Auto));
+  unsetenv("MXMOE_TUNE_FILE");
+  std::remove(path.c_str());
+  EXPECT_NE(tuned.describe_plan(1).find("mma bf16 32x256x128 tiles, both gemms (tune table)"), std::string::npos)
+      << tuned.describe_plan(1);
+  EXPECT_NE(untuned.describe_plan(1).find("gemv"), std::string::npos) << untuned.describe_plan(1);
+  const ErrorStats e = compare(run_on_gpu(tuned, hidden, logits, 3), ref);
+  EXPECT_EQ(e.nan_count, 0);
+  EXPECT_LE(e.rel, 1e-2);
 }
 
 // Forwards of different T and routings back to back on one stream and one workspace, with no

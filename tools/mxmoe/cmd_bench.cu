@@ -20,7 +20,9 @@
 
 #include "cli_common.hpp"
 #include "moe/cuda_check.hpp"
+#include "kernels/mma/mma_gemm.hpp"
 #include "moe/device_buffer.hpp"
+#include "moe/tune_table.hpp"
 #include "mxmoe/mxmoe.hpp"
 
 #ifndef MXMOE_GIT_COMMIT
@@ -40,6 +42,7 @@ struct BenchOptions {
   int iterations = 60, warmup = 10;
   int layers = 0;  // 0: enough to exceed 4x the L2 cache with the experts one batch touches
   std::string json_path;
+  std::string tune_path;  // --tune: measure the families and tiles per T and write the planner's table
   uint64_t seed = 1234;
   bool stages = false;
 };
@@ -160,6 +163,91 @@ void progress(size_t done, size_t total, const std::string& what) {
   std::cerr << "\r[" << std::string(filled, '#') << std::string(width - filled, '.') << "] " << done << "/" << total
             << " " << what << "        " << std::flush;
   if (done == total) std::cerr << "\n";
+}
+
+// --tune: every batch size timed with each kernel family and tile the planner can choose (GEMV; the
+// tensor-core family with 16, 32 and 64-row tiles), the fastest kept, and the choices written as the
+// preference table (moe/tune_table.hpp) that the runner reads from MXMOE_TUNE_FILE. Boundaries between
+// choices sit at the geometric mean of the rows per expert of the batch sizes on either side.
+void write_tune_table(const BenchOptions& o, const MoeConfig& cfg, const GpuInfo& gpu, const MoeLayerData& host,
+                      int layers, const DevBuf& d_hidden, const DevBuf& d_out, const std::vector<DevBuf>& d_logits,
+                      cudaStream_t stream) {
+  struct Candidate {
+    const char* name;
+    Backend backend;
+    int m_tiles;  // 0: the GEMV family
+  };
+  const Candidate candidates[] = {{"gemv", Backend::Gemv, 0}, {"mma m16", Backend::Mma, 1},
+                                  {"mma m32", Backend::Mma, 2}, {"mma m64", Backend::Mma, 4}};
+  std::vector<int64_t> tokens;
+  for (const int64_t t : o.tokens)
+    if (t > 0) tokens.push_back(t);
+  std::sort(tokens.begin(), tokens.end());
+  MXMOE_REQUIRE(!tokens.empty(), "--tune: needs a batch size above 0 in --tokens");
+  const auto rows_per_expert = [&](int64_t t) {
+    const int64_t pairs = t * cfg.top_k;
+    return static_cast<double>(pairs) / static_cast<double>(std::min<int64_t>(cfg.num_experts, pairs));
+  };
+  RunnerOptions ropt;
+  ropt.max_tokens = tokens.back();
+  ropt.use_env = false;
+  std::vector<std::vector<double>> us(std::size(candidates), std::vector<double>(tokens.size(), INFINITY));
+  for (size_t c = 0; c < std::size(candidates); ++c) {
+    if (candidates[c].m_tiles > 0 && !mma::m_tiles_supported(candidates[c].m_tiles)) continue;
+    if (candidates[c].m_tiles > 0) setenv("MXMOE_MMA_MTILES", std::to_string(candidates[c].m_tiles).c_str(), 1);
+    ropt.backend = candidates[c].backend;
+    std::vector<MoeRunner> runners;
+    for (int l = 0; l < layers; ++l) runners.emplace_back(cfg, host.view(), ropt);
+    unsetenv("MXMOE_MMA_MTILES");
+    DevBuf ws(std::max<size_t>(runners[0].workspace_bytes(), 1));
+    for (size_t ti = 0; ti < tokens.size(); ++ti) {
+      const double ms = time_graph(stream, o.warmup, o.iterations, [&] {
+        for (int l = 0; l < layers; ++l)
+          runners[l].forward(d_hidden.get<uint16_t>(), d_logits[l].get<float>(), tokens[ti], d_out.get<uint16_t>(),
+                             ws.get(), ws.bytes(), stream);
+      });
+      us[c][ti] = ms * 1e3 / layers;
+    }
+    progress(c + 1, std::size(candidates), "tune candidates");
+  }
+  TuneTable table;
+  table.device = gpu.name;
+  table.compute_capability = std::to_string(gpu.cc_major) + "." + std::to_string(gpu.cc_minor);
+  table.experts = cfg.num_experts;
+  table.top_k = cfg.top_k;
+  table.hidden = cfg.hidden;
+  table.intermediate = cfg.intermediate;
+  std::cout << "tune: us per layer (gemv, mma m16, mma m32, mma m64) -> choice\n";
+  int previous = -1;
+  for (size_t ti = 0; ti < tokens.size(); ++ti) {
+    int best = 0;
+    for (size_t c = 1; c < std::size(candidates); ++c)
+      if (us[c][ti] < us[best][ti]) best = static_cast<int>(c);
+    std::cout << std::setw(6) << tokens[ti] << std::fixed << std::setprecision(1);
+    for (size_t c = 0; c < std::size(candidates); ++c) std::cout << std::setw(10) << us[c][ti];
+    std::cout << "  -> " << candidates[best].name << "\n";
+    if (best != previous) {
+      if (!table.plans.empty())  // close the previous run between its last and this first batch size
+        table.plans.back().max_rows_per_expert = std::sqrt(rows_per_expert(tokens[ti - 1]) * rows_per_expert(tokens[ti]));
+      TunePlan plan;
+      plan.mma = candidates[best].m_tiles > 0;
+      plan.m_tiles = plan.mma ? candidates[best].m_tiles : 4;
+      table.plans.push_back(plan);
+      previous = best;
+    }
+  }
+  // Equal rows per expert on both sides of a boundary cannot separate plans: keep the later choice.
+  for (size_t p = 0; p + 1 < table.plans.size();)
+    if (p > 0 && table.plans[p].max_rows_per_expert <= table.plans[p - 1].max_rows_per_expert)
+      table.plans.erase(table.plans.begin() + static_cast<std::ptrdiff_t>(p));
+    else
+      ++p;
+  const std::string json = tune_table_to_json(table);
+  (void)parse_tune_table(json, "--tune output");  // what the runner will read back
+  std::ofstream f(o.tune_path);
+  MXMOE_REQUIRE(f.good(), "--tune: cannot write '", o.tune_path, "'");
+  f << json;
+  std::cout << "wrote " << o.tune_path << " (use it with MXMOE_TUNE_FILE=" << o.tune_path << ")\n";
 }
 
 int run_bench(const BenchOptions& o) {
@@ -301,6 +389,10 @@ int run_bench(const BenchOptions& o) {
     f << record.dump(2) << "\n";
     std::cout << "wrote " << o.json_path << "\n";
   }
+  if (!o.tune_path.empty()) {
+    runners.clear();  // the candidates below need the device memory
+    write_tune_table(o, cfg, gpu, host, layers, d_hidden, d_out, d_logits, stream);
+  }
   cudaStreamDestroy(stream);
   return kExitOk;
 }
@@ -322,6 +414,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--layers", o->layers, "Layers to rotate (0: enough to exceed 4x L2)")->capture_default_str();
   cmd->add_option("--json", o->json_path, "Write the benchmark record (bench/README.md) to this file");
   cmd->add_flag("--stages", o->stages, "Also time each stage (route, gemm1, gemm2, combine)");
+  cmd->add_option("--tune", o->tune_path,
+                  "Also time every kernel family and tile per batch size and write the planner's preference "
+                  "table to this file (read by the runner from MXMOE_TUNE_FILE)");
   cmd->add_option("--seed", o->seed, "Seed of the random weights and inputs")->capture_default_str();
   cmd->callback([o, &exit_code] {
     MXMOE_REQUIRE(o->experts == 0 || (o->top_k > 0 && o->hidden > 0 && o->intermediate > 0),

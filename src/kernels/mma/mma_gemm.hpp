@@ -30,6 +30,8 @@ __host__ __device__ constexpr int block_m(int m_tiles) { return 16 * m_tiles; }
 // The m16 tiles per block (1, 2 or 4) for experts of about `rows_per_expert` rows: the fewest padded
 // rows first, then the larger tile.
 int m_tiles_for(double rows_per_expert);
+// Whether this build has the tile (the minimal profile has only 4).
+bool m_tiles_supported(int m_tiles);
 
 // Dynamic shared memory of one block (2 stages of activations and weights), and whether it fits.
 size_t smem_bytes(int m_tiles);

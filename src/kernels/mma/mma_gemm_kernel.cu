@@ -210,6 +210,14 @@ int m_tiles_for(double rows_per_expert) {
   return 4;
 }
 
+bool m_tiles_supported(int m_tiles) {
+#if defined(MXMOE_MINIMAL)
+  return m_tiles == 4;
+#else
+  return m_tiles == 1 || m_tiles == 2 || m_tiles == 4;
+#endif
+}
+
 size_t smem_bytes(int m_tiles) { return static_cast<size_t>(kStages) * stage_bytes(m_tiles); }
 
 bool fits(size_t smem_per_block_optin) {

@@ -1,0 +1,87 @@
+// The planner's preference table (moe/tune_table.hpp): parsing, selection, round trip, and every
+// malformed table refused with an Error naming the field.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "moe/tune_table.hpp"
+#include "mxmoe/error.hpp"
+#include "test_support.hpp"
+
+namespace mxmoe {
+namespace {
+
+const char* kTable = R"({"device": "NVIDIA H200", "compute_capability": "9.0",
+  "shape": {"experts": 128, "top_k": 4, "hidden": 2880, "intermediate": 2880},
+  "plans": [{"max_rows_per_expert": 5.6, "family": "gemv"},
+            {"max_rows_per_expert": 22.6, "family": "mma", "m_tiles": 1},
+            {"family": "mma", "m_tiles": 4}]})";
+
+TEST(TuneTable, SelectsThePlanOfTheRowsPerExpert) {
+  const TuneTable t = parse_tune_table(kTable, "test");
+  ASSERT_EQ(t.plans.size(), 3u);
+  EXPECT_FALSE(t.plan_for(1.0).mma);
+  EXPECT_FALSE(t.plan_for(5.6).mma);
+  EXPECT_TRUE(t.plan_for(5.7).mma);
+  EXPECT_EQ(t.plan_for(8.0).m_tiles, 1);
+  EXPECT_EQ(t.plan_for(22.7).m_tiles, 4);
+  EXPECT_EQ(t.plan_for(1e9).m_tiles, 4);
+  EXPECT_TRUE(t.matches("NVIDIA H200", "9.0", MoeConfig::gpt_oss_120b()));
+  EXPECT_FALSE(t.matches("NVIDIA H100 80GB HBM3", "9.0", MoeConfig::gpt_oss_120b()));
+  EXPECT_FALSE(t.matches("NVIDIA H200", "9.0", MoeConfig::gpt_oss_20b()));
+}
+
+TEST(TuneTable, RoundTripsThroughJson) {
+  const TuneTable t = parse_tune_table(kTable, "test");
+  const TuneTable back = parse_tune_table(tune_table_to_json(t), "round trip");
+  ASSERT_EQ(back.plans.size(), t.plans.size());
+  for (size_t i = 0; i < t.plans.size(); ++i) {
+    EXPECT_EQ(back.plans[i].mma, t.plans[i].mma);
+    EXPECT_EQ(back.plans[i].m_tiles, t.plans[i].m_tiles);
+    EXPECT_DOUBLE_EQ(back.plans[i].max_rows_per_expert, t.plans[i].max_rows_per_expert);
+  }
+  EXPECT_EQ(back.device, "NVIDIA H200");
+  EXPECT_EQ(back.hidden, 2880);
+}
+
+TEST(TuneTable, RefusesMalformedTablesByField) {
+  auto with = [](const std::string& from, const std::string& to) {
+    std::string s = kTable;
+    const size_t at = s.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return s.replace(at, from.size(), to);
+  };
+  test::expect_error_naming([] { parse_tune_table("{not json", "t.json"); }, "not valid JSON");
+  test::expect_error_naming([&] { parse_tune_table(with(R"("device": "NVIDIA H200",)", ""), "t"); }, "'device'");
+  test::expect_error_naming([&] { parse_tune_table(with(R"("top_k": 4)", R"("top_k": "4")"), "t"); },
+                            "shape.top_k must be an integer");
+  test::expect_error_naming([&] { parse_tune_table(with(R"("family": "gemv")", R"("family": "cpu")"), "t"); },
+                            "plans[0].family");
+  test::expect_error_naming([&] { parse_tune_table(with(R"("m_tiles": 1)", R"("m_tiles": 3)"), "t"); },
+                            "plans[1].m_tiles");
+  test::expect_error_naming([&] { parse_tune_table(with("22.6", "5.0"), "t"); }, "increasing");
+  test::expect_error_naming(
+      [&] { parse_tune_table(with(R"({"family": "mma", "m_tiles": 4})", R"({"max_rows_per_expert": 90, "family": "mma", "m_tiles": 4})"), "t"); },
+      "last plan");
+  test::expect_error_naming(
+      [] { parse_tune_table(R"({"device": "x", "compute_capability": "9.0", "shape": {"experts": 1, "top_k": 1, "hidden": 32, "intermediate": 32}, "plans": []})", "t"); },
+      "non-empty");
+}
+
+TEST(TuneTable, LoadsOnlyWhenTheFileExists) {
+  EXPECT_FALSE(load_tune_table("/nonexistent/mxmoe_tune.json").has_value());
+  EXPECT_FALSE(load_tune_table("").has_value());
+  const std::string path = ::testing::TempDir() + "mxmoe_tune_test.json";
+  std::ofstream(path) << kTable;
+  const auto t = load_tune_table(path);
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->plans.size(), 3u);
+  std::ofstream(path) << "[]";
+  test::expect_error_naming([&] { load_tune_table(path); }, path);
+  std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace mxmoe
