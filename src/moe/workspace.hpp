@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/gemv/gemv.hpp"
 #include "mxmoe/config.hpp"
 #include "routing/routing.hpp"
 
@@ -18,7 +19,7 @@ struct BoundWorkspace {
   float* decode_partials;  // decode_floats fp32
   int32_t* pair_slot;      // [T*k]
   int32_t* slot_expert;    // [min(E, T*k)]
-  int32_t* combine_counters;  // [ceil(H/16)] the combine in GEMM2 (gemv.hpp)
+  int32_t* combine_counters;  // [gemv::combine_counters_needed(H)] the combine in GEMM2
   // The MX backends: one MXFP8 expand output (routing/expand.hpp), reused by GEMM1 and GEMM2.
   uint8_t* mx_codes;
   uint8_t* mx_scales;
@@ -53,7 +54,7 @@ struct WorkspaceLayout {
     decode_partials = take(decode_floats * 4);
     pair_slot = take(pairs * 4);
     slot_expert = take(pairs * 4);
-    combine_counters = take(static_cast<size_t>(config.hidden + 15) / 16 * 4);
+    combine_counters = take(static_cast<size_t>(gemv::combine_counters_needed(config.hidden)) * 4);
     mx_codes = take(mx_code_bytes);
     mx_scales = take(mx_scale_bytes);
   }

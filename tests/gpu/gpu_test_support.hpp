@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -81,6 +82,18 @@ inline RunnerOptions gemv_options(int64_t max_tokens, Backend backend = Backend:
   options.use_env = false;
   return options;
 }
+
+// Sets an environment variable for the lifetime of the object (the runner reads it when built).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { EXPECT_EQ(setenv(name, value, 1), 0); }
+  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
 
 // Runs a GPU runner on host inputs; the output is poisoned (bf16 NaN) before the launch, and the
 // workspace too (a forward may assume nothing of it).

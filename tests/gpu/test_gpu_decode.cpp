@@ -13,17 +13,6 @@
 namespace mxmoe::test {
 namespace {
 
-// Sets an environment variable for the lifetime of the object (the runner reads it when built).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) { EXPECT_EQ(setenv(name, value, 1), 0); }
-  ~ScopedEnv() { unsetenv(name_); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-};
 
 struct DecodeCase {
   const char* name;

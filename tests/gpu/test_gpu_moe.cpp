@@ -146,11 +146,10 @@ TEST(GpuLayerPaths, SmallBatchSequencesGiveTheGeneralPathsBits) {
   for (const char* ksplit : {"1", "4"})
   for (const char* fused : {"0", "8"}) {
     SCOPED_TRACE(std::string("MXMOE_GEMV_KSPLIT=") + ksplit + " MXMOE_FUSED_COMBINE_TOKENS=" + fused);
-    ASSERT_EQ(setenv("MXMOE_GEMV_KSPLIT", ksplit, 1), 0);
-    ASSERT_EQ(setenv("MXMOE_FUSED_COMBINE_TOKENS", fused, 1), 0);
-    const MoeRunner runner(cfg, layer.view(), gemv_options(general));
-    unsetenv("MXMOE_GEMV_KSPLIT");
-    unsetenv("MXMOE_FUSED_COMBINE_TOKENS");
+    const MoeRunner runner = [&] {
+      const ScopedEnv split("MXMOE_GEMV_KSPLIT", ksplit), combine("MXMOE_FUSED_COMBINE_TOKENS", fused);
+      return MoeRunner(cfg, layer.view(), gemv_options(general));
+    }();
     EXPECT_EQ(runner.describe_plan(8).find("combine in gemm2") != std::string::npos, std::string(fused) == "8")
         << runner.describe_plan(8);
     const auto full = run_on_gpu(runner, hidden, logits, general);
@@ -190,12 +189,13 @@ TEST(GpuLayerTune, AutoFollowsATableForThisDeviceOnly) {
   const auto logits = random_logits(3, cfg.num_experts, rng);
   std::vector<double> ref(static_cast<size_t>(3 * cfg.hidden));
   reference_moe_f64(cfg, layer.view(), hidden, logits, 3, ref);
-  ASSERT_EQ(setenv("MXMOE_TUNE_FILE", path.c_str(), 1), 0);
-  write(prop.name);
-  const MoeRunner tuned(cfg, layer.view(), gemv_options(8, Backend::Auto));
-  write("some other GPU");
-  const MoeRunner untuned(cfg, layer.view(), gemv_options(8, Backend::Auto));
-  unsetenv("MXMOE_TUNE_FILE");
+  auto runner_with_table_for = [&](const std::string& device_name) {
+    write(device_name);
+    const ScopedEnv table("MXMOE_TUNE_FILE", path.c_str());
+    return MoeRunner(cfg, layer.view(), gemv_options(8, Backend::Auto));
+  };
+  const MoeRunner tuned = runner_with_table_for(prop.name);
+  const MoeRunner untuned = runner_with_table_for("some other GPU");
   std::remove(path.c_str());
   EXPECT_NE(tuned.describe_plan(1).find("mma bf16 32x256x128 tiles, both gemms (tune table)"), std::string::npos)
       << tuned.describe_plan(1);
@@ -271,11 +271,10 @@ TEST(GpuLayerVariants, RingStagesAndSplitKMatchReference) {
     for (const char* ksplit : {"1", "2", "4", "8"}) {
       if (!gemv::stages_built(std::atoi(stages))) continue;  // the minimal profile has 2 only
       SCOPED_TRACE(std::string("MXMOE_GEMV_STAGES=") + stages + " MXMOE_GEMV_KSPLIT=" + ksplit);
-      ASSERT_EQ(setenv("MXMOE_GEMV_STAGES", stages, 1), 0);
-      ASSERT_EQ(setenv("MXMOE_GEMV_KSPLIT", ksplit, 1), 0);
-      const MoeRunner runner(cfg, layer.view(), gemv_options(tokens));
-      unsetenv("MXMOE_GEMV_STAGES");
-      unsetenv("MXMOE_GEMV_KSPLIT");
+      const MoeRunner runner = [&] {
+        const ScopedEnv ring("MXMOE_GEMV_STAGES", stages), split("MXMOE_GEMV_KSPLIT", ksplit);
+        return MoeRunner(cfg, layer.view(), gemv_options(tokens));
+      }();
       const ErrorStats e = compare(run_on_gpu(runner, hidden, logits, tokens), ref);
       EXPECT_EQ(e.nan_count, 0);
       EXPECT_LE(e.rel, 1e-2) << "worst element " << e.worst;
@@ -293,9 +292,8 @@ TEST(GpuLayerErrors, RefusesRingStagesThatDoNotFit) {
   const MoeConfig cfg = mxmoe::test::make_config(2, 1, 11264, 64);
   const MoeLayerData layer = MoeLayerData::random(cfg, fresh_seed());
   EXPECT_NO_THROW(MoeRunner(cfg, layer.view(), gemv_options(1)));
-  ASSERT_EQ(setenv("MXMOE_GEMV_STAGES", "3", 1), 0);
+  const ScopedEnv ring("MXMOE_GEMV_STAGES", "3");
   expect_error_naming([&] { MoeRunner(cfg, layer.view(), gemv_options(1)); }, "MXMOE_GEMV_STAGES");
-  unsetenv("MXMOE_GEMV_STAGES");
 }
 
 // The native MX atom only exists for SM120/SM121: elsewhere the runner refuses it by name.
@@ -314,9 +312,8 @@ TEST(GpuLayerErrors, RejectsAnUnknownFusedCombineLimit) {
   MXMOE_SKIP_WITHOUT_GPU();
   const MoeConfig cfg = MoeConfig::tiny();
   const MoeLayerData layer = MoeLayerData::random(cfg, fresh_seed());
-  ASSERT_EQ(setenv("MXMOE_FUSED_COMBINE_TOKENS", "9", 1), 0);
+  const ScopedEnv combine("MXMOE_FUSED_COMBINE_TOKENS", "9");
   expect_error_naming([&] { MoeRunner(cfg, layer.view(), gemv_options(4)); }, "MXMOE_FUSED_COMBINE_TOKENS");
-  unsetenv("MXMOE_FUSED_COMBINE_TOKENS");
 }
 
 TEST(GpuLayerErrors, RejectsHostPointersAndSmallWorkspace) {
