@@ -3,7 +3,7 @@
 # GPU tests and the benchmark, and leave logs and JSON records in one folder (default: $OUT or ./out):
 # build.log, gpu_tests.log, cpu_tests.log, bench.txt, bench.err, bench_<model>.json.
 #   scripts/gpu_run.sh [OUT_DIR]          env: ARCHS (default 90a), BENCH (default "120b 20b"), TESTS=0/1,
-#   SANITIZE=1 (compute-sanitizer memcheck and racecheck over the GPU tests: sanitize_*.log),
+#   SANITIZE=1 (compute-sanitizer memcheck and racecheck over the GPU tests: sanitize_*.log; SANITIZE_TOOLS picks),
 #   SOAK=N (mxmoe soak --forwards N on gpt-oss-20b: soak.log), PYTEST=1 (the Python package's pytest: pytest.log),
 #   TUNE=1 (bench --tune for each BENCH model: tune_<model>.json, the planner's preference tables)
 set -uo pipefail
@@ -27,12 +27,16 @@ if [ "${TESTS:-1}" = 1 ]; then
   tail -3 "$out/cpu_tests.log"
 fi
 if [ "${SANITIZE:-0}" = 1 ]; then
-  # Every kernel under memcheck and racecheck; the small shapes keep the instrumented run short.
-  filter='*small*:*odd_k*:*Determinism*:*Sequence*:*Routing*:*Expand*:*Paths*:*one_expert*:*Decode*'
-  for tool in memcheck racecheck; do
+  # memcheck over every kernel at the small shapes plus the full-size decode shapes; racecheck (about 10x
+  # slower) over the small shapes alone, which run the same kernels and shared-memory code.
+  memcheck_filter='*small*:*odd_k*:*Determinism*:*Sequence*:*Routing*:*Expand*:*Paths*:*one_expert*:*Decode*'
+  racecheck_filter='*small*:*odd_k*:*Sequence*:*Routing*:*Expand*:*Paths*:*one_expert*:*GpuDecode.*t1_fewer*:*GpuDecode.*t5_one*:*GpuDecode.*t6_wide*'
+  for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
+    filter=$memcheck_filter
+    [ "$tool" = racecheck ] && filter=$racecheck_filter
     compute-sanitizer --tool "$tool" --error-exitcode 3 build-gpu/tests/mxmoe_gpu_tests --gtest_filter="$filter" \
       >"$out/sanitize_$tool.log" 2>&1 || status=1
-    grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) " "$out/sanitize_$tool.log" | tail -3
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^\[  (PASSED|FAILED) " "$out/sanitize_$tool.log" | tail -3
   done
 fi
 if [ -n "${SOAK:-}" ]; then

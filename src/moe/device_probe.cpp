@@ -5,7 +5,7 @@
 #include <cctype>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <regex>
+#include <string_view>
 #include <sstream>
 
 #include "mxmoe/device.hpp"
@@ -27,15 +27,28 @@ struct ParsedArch {
   char suffix = 0;  // 0, 'a' or 'f'
 };
 
+// Accepts "90a", "sm_90a", "compute_120f", "sm_121a-real", "89": two or three digits (the last one the
+// minor version), an optional 'a'/'f' suffix. Hand-parsed: no std::regex in a library that is loaded
+// next to other C++ runtimes (PyTorch).
 ParsedArch parse_arch(const std::string& arch) {
-  static const std::regex pattern(R"(^(?:sm_|compute_)?([1-9][0-9]?)([0-9])([af]?)(?:-real|-virtual)?$)");
-  std::smatch m;
-  MXMOE_REQUIRE(std::regex_match(arch, m, pattern), "arch: '", arch,
-                "' is not a CUDA architecture (expected e.g. 90a, sm_120a, 121f, 89)");
+  auto junk = [&] {
+    return Error("arch: '" + arch + "' is not a CUDA architecture (expected e.g. 90a, sm_120a, 121f, 89)");
+  };
+  std::string_view s = arch;
+  if (s.starts_with("sm_")) s.remove_prefix(3);
+  else if (s.starts_with("compute_")) s.remove_prefix(8);
+  if (s.ends_with("-real")) s.remove_suffix(5);
+  else if (s.ends_with("-virtual")) s.remove_suffix(8);
   ParsedArch parsed;
-  parsed.major = std::stoi(m[1].str());
-  parsed.minor = std::stoi(m[2].str());
-  parsed.suffix = m[3].length() ? m[3].str()[0] : 0;
+  if (!s.empty() && (s.back() == 'a' || s.back() == 'f')) {
+    parsed.suffix = s.back();
+    s.remove_suffix(1);
+  }
+  if (s.size() < 2 || s.size() > 3 || s[0] == '0' ||
+      !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    throw junk();
+  parsed.minor = s.back() - '0';
+  parsed.major = std::stoi(std::string(s.substr(0, s.size() - 1)));
   return parsed;
 }
 
@@ -100,10 +113,13 @@ ProbeResult probe() {
     gpu.best_target = best_target_for(prop.major, prop.minor);
     for (const auto& arch : result.compiled_archs)
       gpu.has_native_kernels = gpu.has_native_kernels || cubin_runs_on(arch, prop.major, prop.minor);
-    // The backends `mxmoe check` runs by default. mx-emulated (SM89+) and mx (SM12x) can be asked for
-    // by name, but are left out here until a GPU run has held them to their tolerance (README: the
-    // emulated path's last run on an H200 was 1.2-2.8% off the MXFP8 reference, bound 1e-2; mx never ran).
-    if (gpu.has_native_kernels) gpu.runnable_backends = {"auto", "gemv", "mma"};
+    // The backends `mxmoe check` runs by default: those a GPU run has held to their tolerance.
+    // mx-emulated needs the FP8 mma.sync (SM89+; validated on an H200). mx (SM12x) can be asked for by
+    // name but is left out until it has run on an SM120/SM121 GPU.
+    if (gpu.has_native_kernels) {
+      gpu.runnable_backends = {"auto", "gemv", "mma"};
+      if (prop.major * 10 + prop.minor >= 89) gpu.runnable_backends.push_back("mx-emulated");
+    }
     result.gpus.push_back(std::move(gpu));
   }
   if (result.gpus.empty()) result.no_gpu_reason = "no CUDA device could be queried";

@@ -1,0 +1,65 @@
+// Architecture names and the rules of which cubin runs where: the part of the probe that decides
+// whether a GB10 (12.1) gets sm_121a kernels or none, testable without a GPU.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "mxmoe/device.hpp"
+#include "mxmoe/error.hpp"
+
+namespace {
+
+TEST(Arch, CanonicalNames) {
+  EXPECT_EQ(mxmoe::canonical_arch("90a"), "sm_90a");
+  EXPECT_EQ(mxmoe::canonical_arch("sm_90a"), "sm_90a");
+  EXPECT_EQ(mxmoe::canonical_arch("89"), "sm_89");
+  EXPECT_EQ(mxmoe::canonical_arch("120a-real"), "sm_120a");
+  EXPECT_EQ(mxmoe::canonical_arch("compute_121f"), "sm_121f");
+  EXPECT_EQ(mxmoe::canonical_arch("sm_121a-virtual"), "sm_121a");
+  EXPECT_EQ(mxmoe::canonical_arch("100f"), "sm_100f");
+}
+
+TEST(Arch, JunkIsAnErrorNamingTheArgument) {
+  for (const std::string junk : {"", "sm_", "9", "090", "1200", "sm_90b", "90aa", "sm_sm_90", "compute_", "a",
+                                 "sm_90a-real-real", "12 0", "-real", "sm_9x"}) {
+    try {
+      mxmoe::canonical_arch(junk);
+      ADD_FAILURE() << "accepted '" << junk << "'";
+    } catch (const mxmoe::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("arch: '" + junk + "'"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Arch, BestTargetIsTheArchSpecificOneFromHopperOn) {
+  EXPECT_EQ(mxmoe::best_target_for(12, 1), "sm_121a");  // GB10: not sm_120a, not plain sm_121
+  EXPECT_EQ(mxmoe::best_target_for(12, 0), "sm_120a");
+  EXPECT_EQ(mxmoe::best_target_for(9, 0), "sm_90a");
+  EXPECT_EQ(mxmoe::best_target_for(10, 0), "sm_100a");
+  EXPECT_EQ(mxmoe::best_target_for(8, 9), "sm_89");
+  EXPECT_EQ(mxmoe::best_target_for(8, 0), "sm_80");
+}
+
+TEST(Arch, ArchSpecificCubinsRunOnlyOnTheirChip) {
+  EXPECT_TRUE(mxmoe::cubin_runs_on("sm_121a", 12, 1));
+  EXPECT_FALSE(mxmoe::cubin_runs_on("sm_120a", 12, 1));  // the SM120 cubin does not load on a GB10
+  EXPECT_FALSE(mxmoe::cubin_runs_on("sm_121a", 12, 0));
+  EXPECT_TRUE(mxmoe::cubin_runs_on("sm_90a", 9, 0));
+  EXPECT_FALSE(mxmoe::cubin_runs_on("sm_90a", 10, 0));
+}
+
+TEST(Arch, PlainAndFamilyCubinsRunOnLaterMinorsOfTheirMajor) {
+  EXPECT_TRUE(mxmoe::cubin_runs_on("sm_120", 12, 1));
+  EXPECT_TRUE(mxmoe::cubin_runs_on("sm_120f", 12, 1));
+  EXPECT_FALSE(mxmoe::cubin_runs_on("sm_121", 12, 0));
+  EXPECT_FALSE(mxmoe::cubin_runs_on("sm_121f", 12, 0));
+  EXPECT_TRUE(mxmoe::cubin_runs_on("sm_80", 8, 9));
+  EXPECT_FALSE(mxmoe::cubin_runs_on("sm_80", 9, 0));  // SASS never crosses a major version
+  EXPECT_FALSE(mxmoe::cubin_runs_on("sm_89", 8, 6));
+}
+
+TEST(Arch, ProbeNamesCompiledArchsCanonically) {
+  for (const auto& arch : mxmoe::probe().compiled_archs) EXPECT_EQ(mxmoe::canonical_arch(arch), arch);
+}
+
+}  // namespace
