@@ -1,7 +1,8 @@
 """PyTorch integration: a custom op (with a fake implementation) so that torch.compile traces MoeLayer
-calls and CUDA graphs capture them. Registered when a MoeLayer first sees a torch tensor."""
-from __future__ import annotations
+calls and CUDA graphs capture them. Registered when a MoeLayer first sees a torch tensor.
 
+No `from __future__ import annotations` here: torch.library infers the op's schema from the
+annotations, and string annotations would name `torch` outside this function's scope."""
 import itertools
 import weakref
 

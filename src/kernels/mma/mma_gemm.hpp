@@ -2,7 +2,7 @@
 // The tensor-core family (W4A16 through the Bf16Atom): a grouped GEMM over the experts that received
 // tokens, for per-expert row counts where the GEMV family re-streams its weights too often. A block
 // computes up to kBlockM(m_tiles) rows of one expert (tokens on the MMA's M) against kBlockN weight
-// rows (on N), walking K in chunks of 128 through a 2-stage cp.async pipeline.
+// rows (on N), walking K in chunks of 128 through a 2- to 4-stage cp.async pipeline (chunk_pipeline.cuh).
 //
 // It reads the GEMV family's weight layout (gemv_layout.hpp) as it is: a 16-row weight tile's record
 // gives lane (g, t) row g's and row g+8's MX block 4c+t, which is exactly the B fragment of two n8
@@ -33,7 +33,7 @@ int m_tiles_for(double rows_per_expert);
 // Whether this build has the tile (the minimal profile has only 4).
 bool m_tiles_supported(int m_tiles);
 
-// Dynamic shared memory of one block (2 stages of activations and weights), and whether it fits.
+// Dynamic shared memory of one block (its pipeline stages of activations and weights), and whether it fits.
 size_t smem_bytes(int m_tiles);
 bool fits(size_t smem_per_block_optin);
 // Lets every kernel variant use the device's opt-in shared memory (idempotent).

@@ -19,6 +19,7 @@
 #include "kernels/gemv/gemv_device.cuh"
 #include "kernels/gemv/gemv_layout.hpp"
 #include "kernels/mma/bf16_atom.cuh"
+#include "kernels/mma/chunk_pipeline.cuh"
 #include "kernels/mma/epilogue.cuh"
 #include "kernels/mma/mma_gemm.hpp"
 #include "kernels/mma/weight_stage.cuh"
@@ -30,13 +31,17 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-constexpr int kStages = 2;
 constexpr int kTilesPerBlock = kBlockN / gemv::kTileRows;                // 16
 constexpr int kWeightStageBytes = kTilesPerBlock * gemv::kChunkBytes;     // 17408
 // One staged activation row of a chunk: 128 bf16, plus 64 bytes so rows g and g+1 fall 4 bank quads apart.
 constexpr int kRowBytes = gemv::kChunkK * 2 + 64;
 __host__ __device__ constexpr int act_stage_bytes(int m_tiles) { return block_m(m_tiles) * kRowBytes; }
 __host__ __device__ constexpr int stage_bytes(int m_tiles) { return act_stage_bytes(m_tiles) + kWeightStageBytes; }
+// Pipeline depth per tile: as deep as fits SM120/SM121's 99 KB per block (the same cubin layout runs
+// on Hopper, two blocks per SM for the 16- and 32-row tiles): 88, 81 and 74 KB.
+__host__ __device__ constexpr int stages_for(int m_tiles) { return m_tiles == 1 ? 4 : m_tiles == 2 ? 3 : 2; }
+static_assert(stages_for(1) * stage_bytes(1) <= 101376 && stages_for(2) * stage_bytes(2) <= 101376 &&
+              stages_for(4) * stage_bytes(4) <= 101376, "every tile fits SM120's 99 KB of shared memory");
 
 // Where 16-byte group (block b, word w) of a chunk sits in a staged row: for one w, lanes t = 0..3 of
 // rows g and g+1 then read 8 distinct bank quads.
@@ -97,15 +102,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kMTiles>) mma_gemm_kernel
   const int wt = 2 * warp;           // the warp's first weight tile in the block
   const bool warp_active = tile0 + wt < a.tiles;  // tiles come in pairs: N is a multiple of 32
 
-  load_stage(0, 0);
-  kernels::cp_async_commit();
-  for (int c = 0; c < a.chunks; ++c) {
-    if (c + 1 < a.chunks) load_stage((c + 1) & 1, c + 1);
-    kernels::cp_async_commit();
-    kernels::cp_async_wait<1>();
-    __syncthreads();
+  run_chunk_pipeline<stages_for(kMTiles)>(a.chunks, load_stage, [&](int stage) {
     if (warp_active) {
-      const uint8_t* act = smem + (c & 1) * stage_bytes(kMTiles);
+      const uint8_t* act = smem + stage * stage_bytes(kMTiles);
       const uint8_t* wst = act + act_stage_bytes(kMTiles);
       uint32_t words[2][2][4];  // [weight tile][half][word]
       typename Atom::Scale scales[2][2];
@@ -144,8 +143,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kMTiles>) mma_gemm_kernel
         }
       }
     }
-    __syncthreads();  // the stage is refilled next
-  }
+  });
   if (!warp_active) return;
 
   store_rows<kGemm1, kMTiles>(EpilogueArgs{a.bias, a.n, a.row_pair, a.pair_weights, a.out, a.alpha, a.limit}, acc,
@@ -218,7 +216,7 @@ bool m_tiles_supported(int m_tiles) {
 #endif
 }
 
-size_t smem_bytes(int m_tiles) { return static_cast<size_t>(kStages) * stage_bytes(m_tiles); }
+size_t smem_bytes(int m_tiles) { return static_cast<size_t>(stages_for(m_tiles)) * stage_bytes(m_tiles); }
 
 bool fits(size_t smem_per_block_optin) {
   bool ok = true;

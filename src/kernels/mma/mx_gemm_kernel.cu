@@ -2,7 +2,7 @@
 //
 // Grid: x = halves of the expand's 128-row m-tiles (x / 2 is the m-tile, x % 2 its first or second
 // 64 rows; a half without rows exits), y = groups of 256 weight rows. 8 warps; warp w owns weight
-// tiles 2w, 2w+1 (4 n8 groups) for all 64 rows (4 m16 groups). Per chunk of K = 128, a 2-stage
+// tiles 2w, 2w+1 (4 n8 groups) for all 64 rows (4 m16 groups). Per chunk of K = 128, a 3-stage
 // cp.async pipeline brings the codes (64 rows x 128 bytes), the chunk's 512 swizzled scale bytes of
 // the 128-row group and the 16 weight records. One MMA per MX block: lane (g, t) reads word t of block
 // b of its weight row straight from the record (any lane may read any word in shared memory), and
@@ -14,6 +14,7 @@
 #include "kernels/common/cp_async.cuh"
 #include "kernels/common/pdl_launch.cuh"
 #include "kernels/gemv/gemv_layout.hpp"
+#include "kernels/mma/chunk_pipeline.cuh"
 #include "kernels/mma/epilogue.cuh"
 #include "kernels/mma/mx_atoms.cuh"
 #include "kernels/mma/mx_fragments.cuh"
@@ -36,7 +37,8 @@ constexpr int kActBytes = kBlockM * kCodeRowBytes;
 constexpr int kScaleBytes = 512;                      // one chunk (4 k-blocks) of a 128-row group, swizzled
 constexpr int kWeightBytes = kTilesPerBlock * gemv::kChunkBytes;
 constexpr int kStageBytes = kActBytes + kScaleBytes + kWeightBytes;
-constexpr int kStages = 2;
+constexpr int kStages = 3;  // 84 KB: as deep as fits SM120/SM121's 99 KB per block
+static_assert(kStages * kStageBytes <= 101376, "the MX tile fits SM120's 99 KB of shared memory");
 
 // The swizzled-scale byte of local row l (0..63 of half `half`) and k-block b of the chunk.
 __device__ __forceinline__ int scale_index(int half, int l, int b) {
@@ -84,15 +86,9 @@ __global__ void __launch_bounds__(kThreads, 1) mx_gemm_kernel(const MxArgs a) {
   const int wt = 2 * warp;
   const bool warp_active = tile0 + wt < a.tiles;
 
-  load_stage(0, 0);
-  kernels::cp_async_commit();
-  for (int c = 0; c < a.chunks; ++c) {
-    if (c + 1 < a.chunks) load_stage((c + 1) & 1, c + 1);
-    kernels::cp_async_commit();
-    kernels::cp_async_wait<1>();
-    __syncthreads();
+  run_chunk_pipeline<kStages>(a.chunks, load_stage, [&](int stage) {
     if (warp_active) {
-      const uint8_t* act = smem + (c & 1) * kStageBytes;
+      const uint8_t* act = smem + stage * kStageBytes;
       const uint8_t* sc = act + kActBytes;
       const uint8_t* wst = sc + kScaleBytes;
 #pragma unroll 1
@@ -138,8 +134,7 @@ __global__ void __launch_bounds__(kThreads, 1) mx_gemm_kernel(const MxArgs a) {
         }
       }
     }
-    __syncthreads();  // the stage is refilled next
-  }
+  });
   if (!warp_active) return;
   store_rows<kGemm1, kMTiles, true>(EpilogueArgs{a.bias, a.n, a.row_pair, a.pair_weights, a.out, a.alpha, a.limit},
                                     acc, expert, tile.row0 + kBlockM * half, rows, tile0 + wt, g, t);
