@@ -42,6 +42,20 @@ def _empty_like(hidden: Any) -> Any:
                 "numpy and cupy outputs)")
 
 
+def _jax_call(layer: "MoeLayer", hidden: Any, router_logits: Any, stream: Optional[int]) -> Any:
+    """JAX arrays are immutable, so no JAX array can be written in place: on the CPU the result goes
+    to a NumPy buffer that becomes a new JAX array; on a GPU the caller passes a writable `out` (a
+    CuPy or torch tensor) instead."""
+    import jax.numpy as jnp
+    import numpy
+
+    if any(d.platform != "cpu" for d in hidden.devices()):
+        raise Error("out: JAX arrays on a GPU are immutable; pass a writable CUDA `out` (CuPy or torch)")
+    out = numpy.empty(hidden.shape, dtype=numpy.uint16)  # bf16 bits: NumPy's DLPack has no bfloat16
+    layer._forward_into(hidden, router_logits, out, stream)
+    return jnp.asarray(out).view(hidden.dtype)
+
+
 class MoeLayer:
     """One MoE layer: weights in the gpt-oss checkpoint layout, prepared (repacked and uploaded) once.
 
@@ -83,12 +97,16 @@ class MoeLayer:
     def __call__(self, hidden: Any, router_logits: Any, out: Optional[Any] = None,
                  stream: Optional[int] = None) -> Any:
         """out [T, H] bfloat16 = the MoE block of hidden [T, H] bfloat16 with router_logits [T, E] float32.
-        Runs on `stream` (a cudaStream_t as an int), by default the framework's current stream. Torch
-        tensors without `out` go through the custom op torch.ops.mxmoe.moe_forward (torch.compile)."""
+        Runs on `stream` (a cudaStream_t as an int), by default the framework's current stream (torch,
+        CuPy; the legacy stream otherwise). Torch tensors without `out` go through the custom op
+        torch.ops.mxmoe.moe_forward (torch.compile). JAX arrays are read in place; without `out`, CPU
+        JAX inputs give a new JAX array, and CUDA JAX inputs need a writable CUDA `out`."""
         if out is None and stream is None and type(hidden).__module__.split(".")[0] == "torch":
             from . import _torch
 
             return _torch.call(self, hidden, router_logits)
+        if out is None and type(hidden).__module__.split(".")[0] in ("jax", "jaxlib"):
+            return _jax_call(self, hidden, router_logits, stream)
         if out is None:
             out = _empty_like(hidden)
         self._forward_into(hidden, router_logits, out, stream)

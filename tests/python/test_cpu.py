@@ -44,6 +44,38 @@ def test_fused_moe_on_cpu_matches_numpy_reference(rng, tokens, bias):
         assert rel_error(out, reference_moe(hidden, logits, w, k)) <= 1e-2
 
 
+def test_jax_arrays_through_dlpack(rng):
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    e, k, h, i = 8, 2, 64, 96
+    w = random_layer(rng, e, h, i)
+    hidden = f64_to_bf16(rng.normal(size=(5, h)))
+    logits = rng.normal(0, 2, size=(5, e)).astype(np.float32)
+    jw = {name: jnp.asarray(v) for name, v in w.items()}
+    jw["w1_bias"], jw["w2_bias"] = jw["w1_bias"].view(jnp.bfloat16), jw["w2_bias"].view(jnp.bfloat16)
+    jh, jl = jnp.asarray(hidden).view(jnp.bfloat16), jnp.asarray(logits)
+    ref = reference_moe(hidden, logits, w, k)
+    # Without `out`: a new JAX array (JAX arrays are immutable; nothing is written in place).
+    out = mxmoe.fused_moe(jh, jl, jw["w1_blocks"], jw["w1_scales"], jw["w1_bias"], jw["w2_blocks"], jw["w2_scales"],
+                          jw["w2_bias"], top_k=k, backend="reference")
+    assert isinstance(out, jax.Array) and out.dtype == jnp.bfloat16 and out.shape == (5, h)
+    assert rel_error(np.asarray(out.view(jnp.uint16)), ref) <= 1e-2
+    # Into a NumPy buffer.
+    layer = mxmoe.MoeLayer(_config(e, k, h, i), jw, backend="reference",
+                           max_tokens=8)
+    buf = np.full((5, h), 0x7FC0, np.uint16)
+    layer(jh, jl, buf)
+    assert rel_error(buf, ref) <= 1e-2
+    with pytest.raises(mxmoe.Error, match="hidden"):
+        layer(jh.astype(jnp.float32), jl, buf)
+
+
+def _config(e, k, h, i):
+    c = mxmoe.MoeConfig()
+    c.num_experts, c.top_k, c.hidden, c.intermediate = e, k, h, i
+    return c
+
+
 def test_one_expert_takes_every_token_and_layer_is_reused(rng):
     e, k, h, i = 8, 2, 64, 64
     w = random_layer(rng, e, h, i)

@@ -2,7 +2,7 @@
 // The tensor-core family (W4A16 through the Bf16Atom): a grouped GEMM over the experts that received
 // tokens, for per-expert row counts where the GEMV family re-streams its weights too often. A block
 // computes up to kBlockM(m_tiles) rows of one expert (tokens on the MMA's M) against kBlockN weight
-// rows (on N), walking K in chunks of 128 through a 2- to 4-stage cp.async pipeline (chunk_pipeline.cuh).
+// rows (on N), walking K in chunks of 128 through a 2-stage cp.async pipeline (chunk_pipeline.cuh).
 //
 // It reads the GEMV family's weight layout (gemv_layout.hpp) as it is: a 16-row weight tile's record
 // gives lane (g, t) row g's and row g+8's MX block 4c+t, which is exactly the B fragment of two n8

@@ -37,11 +37,11 @@ constexpr int kWeightStageBytes = kTilesPerBlock * gemv::kChunkBytes;     // 174
 constexpr int kRowBytes = gemv::kChunkK * 2 + 64;
 __host__ __device__ constexpr int act_stage_bytes(int m_tiles) { return block_m(m_tiles) * kRowBytes; }
 __host__ __device__ constexpr int stage_bytes(int m_tiles) { return act_stage_bytes(m_tiles) + kWeightStageBytes; }
-// Pipeline depth per tile: as deep as fits SM120/SM121's 99 KB per block (the same cubin layout runs
-// on Hopper, two blocks per SM for the 16- and 32-row tiles): 88, 81 and 74 KB.
-__host__ __device__ constexpr int stages_for(int m_tiles) { return m_tiles == 1 ? 4 : m_tiles == 2 ? 3 : 2; }
-static_assert(stages_for(1) * stage_bytes(1) <= 101376 && stages_for(2) * stage_bytes(2) <= 101376 &&
-              stages_for(4) * stage_bytes(4) <= 101376, "every tile fits SM120's 99 KB of shared memory");
+// Pipeline depth. 4/3 stages for the 16/32-row tiles (still inside SM120's 99 KB) measured no faster
+// on an H200 (T = 256 the same, T = 1024 3% slower, docs/perf-log.md): these tiles are bound by the
+// MMA and decode issue, not by load latency. Two stages: 44, 54 and 74 KB.
+constexpr int kStages = 2;
+static_assert(kStages * stage_bytes(kMaxMTiles) <= 101376, "every tile fits SM120's 99 KB of shared memory");
 
 // Where 16-byte group (block b, word w) of a chunk sits in a staged row: for one w, lanes t = 0..3 of
 // rows g and g+1 then read 8 distinct bank quads.
@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kMTiles>) mma_gemm_kernel
   const int wt = 2 * warp;           // the warp's first weight tile in the block
   const bool warp_active = tile0 + wt < a.tiles;  // tiles come in pairs: N is a multiple of 32
 
-  run_chunk_pipeline<stages_for(kMTiles)>(a.chunks, load_stage, [&](int stage) {
+  run_chunk_pipeline<kStages>(a.chunks, load_stage, [&](int stage) {
     if (warp_active) {
       const uint8_t* act = smem + stage * stage_bytes(kMTiles);
       const uint8_t* wst = act + act_stage_bytes(kMTiles);
@@ -203,9 +203,10 @@ int m_tiles_for(double rows_per_expert) {
   (void)rows_per_expert;
   return 4;  // the one tile of the minimal profile
 #endif
-  if (rows_per_expert <= 16) return 1;
-  if (rows_per_expert <= 32) return 2;
-  return 4;
+  // Measured on an H200 (bench --tune, gpt-oss-120b): the 32-row tile beats the 64-row one even at
+  // 128 rows per expert (T = 4096: 4.71 vs 5.09 ms), whose one block per SM hides less latency.
+  // The 64-row tile stays for tune tables and MXMOE_MMA_MTILES.
+  return rows_per_expert <= 16 ? 1 : 2;
 }
 
 bool m_tiles_supported(int m_tiles) {
@@ -216,7 +217,7 @@ bool m_tiles_supported(int m_tiles) {
 #endif
 }
 
-size_t smem_bytes(int m_tiles) { return static_cast<size_t>(stages_for(m_tiles)) * stage_bytes(m_tiles); }
+size_t smem_bytes(int m_tiles) { return static_cast<size_t>(kStages) * stage_bytes(m_tiles); }
 
 bool fits(size_t smem_per_block_optin) {
   bool ok = true;

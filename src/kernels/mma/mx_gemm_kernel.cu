@@ -2,7 +2,7 @@
 //
 // Grid: x = halves of the expand's 128-row m-tiles (x / 2 is the m-tile, x % 2 its first or second
 // 64 rows; a half without rows exits), y = groups of 256 weight rows. 8 warps; warp w owns weight
-// tiles 2w, 2w+1 (4 n8 groups) for all 64 rows (4 m16 groups). Per chunk of K = 128, a 3-stage
+// tiles 2w, 2w+1 (4 n8 groups) for all 64 rows (4 m16 groups). Per chunk of K = 128, a 2-stage
 // cp.async pipeline brings the codes (64 rows x 128 bytes), the chunk's 512 swizzled scale bytes of
 // the 128-row group and the 16 weight records. One MMA per MX block: lane (g, t) reads word t of block
 // b of its weight row straight from the record (any lane may read any word in shared memory), and
@@ -37,7 +37,7 @@ constexpr int kActBytes = kBlockM * kCodeRowBytes;
 constexpr int kScaleBytes = 512;                      // one chunk (4 k-blocks) of a 128-row group, swizzled
 constexpr int kWeightBytes = kTilesPerBlock * gemv::kChunkBytes;
 constexpr int kStageBytes = kActBytes + kScaleBytes + kWeightBytes;
-constexpr int kStages = 3;  // 84 KB: as deep as fits SM120/SM121's 99 KB per block
+constexpr int kStages = 2;  // 56 KB; deeper measured no faster for the Bf16Atom tiles (mma_gemm_kernel.cu)
 static_assert(kStages * kStageBytes <= 101376, "the MX tile fits SM120's 99 KB of shared memory");
 
 // The swizzled-scale byte of local row l (0..63 of half `half`) and k-block b of the chunk.
