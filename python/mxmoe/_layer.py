@@ -113,6 +113,11 @@ class MoeLayer:
         return out
 
     def _forward_into(self, hidden: Any, router_logits: Any, out: Any, stream: Optional[int]) -> None:
+        if type(hidden).__module__.split(".")[0] in ("jax", "jaxlib"):
+            # JAX computes on its own streams, which a given stream does not wait for: the inputs
+            # must be complete before the kernels read them.
+            hidden.block_until_ready()
+            router_logits.block_until_ready()
         self._layer.forward(hidden, router_logits, out, _current_stream(hidden) if stream is None else stream)
 
 

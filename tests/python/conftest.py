@@ -1,7 +1,12 @@
 """Shared pieces of the mxmoe pytest suite: random checkpoint-layout layers and a pure-NumPy reference
 of the gpt-oss MoE block, written here independently of the C++ reference."""
+import os
+
 import numpy as np
 import pytest
+
+# JAX (the DLPack tests) would otherwise reserve most of a GPU's memory on its first array there.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], np.float64)
 

@@ -51,9 +51,14 @@ def test_jax_arrays_through_dlpack(rng):
     w = random_layer(rng, e, h, i)
     hidden = f64_to_bf16(rng.normal(size=(5, h)))
     logits = rng.normal(0, 2, size=(5, e)).astype(np.float32)
-    jw = {name: jnp.asarray(v) for name, v in w.items()}
+    cpu = jax.devices("cpu")[0]  # the default device may be a GPU where JAX has one
+
+    def put(x):
+        return jax.device_put(x, cpu)
+
+    jw = {name: put(v) for name, v in w.items()}
     jw["w1_bias"], jw["w2_bias"] = jw["w1_bias"].view(jnp.bfloat16), jw["w2_bias"].view(jnp.bfloat16)
-    jh, jl = jnp.asarray(hidden).view(jnp.bfloat16), jnp.asarray(logits)
+    jh, jl = put(hidden).view(jnp.bfloat16), put(logits)
     ref = reference_moe(hidden, logits, w, k)
     # Without `out`: a new JAX array (JAX arrays are immutable; nothing is written in place).
     out = mxmoe.fused_moe(jh, jl, jw["w1_blocks"], jw["w1_scales"], jw["w1_bias"], jw["w2_blocks"], jw["w2_scales"],

@@ -178,6 +178,28 @@ def test_cupy_arrays_through_dlpack(rng):
     assert rel_error(cupy.asnumpy(out), reference_moe(hidden, logits, w, k)) <= BOUND
 
 
+def test_jax_cuda_arrays_into_a_torch_out(rng):
+    jax = pytest.importorskip("jax")
+    try:
+        gpu = jax.devices("gpu")[0]
+    except RuntimeError:
+        pytest.skip("this JAX has no GPU backend")
+    e, k, h, i = 16, 4, 128, 96
+    w = random_layer(rng, e, h, i)
+    hidden = f64_to_bf16(rng.normal(size=(7, h)))
+    logits = rng.normal(0, 2, size=(7, e)).astype(np.float32)
+    jw = {name: jax.device_put(v, gpu) for name, v in w.items()}
+    jh = jax.device_put(hidden, gpu).view(jax.numpy.bfloat16)
+    jl = jax.device_put(logits, gpu) + 0.0  # made by a JAX kernel, on a JAX stream
+    layer = mxmoe.MoeLayer(_config(e, k, h, i), jw, max_tokens=8)
+    with pytest.raises(mxmoe.Error, match="out"):
+        layer(jh, jl)  # JAX arrays are immutable: no output is made for them on a GPU
+    out = torch.full((7, h), float("nan"), dtype=torch.bfloat16, device="cuda")
+    layer(jh, jl, out)
+    torch.cuda.synchronize()
+    assert rel_error(bits(out), reference_moe(hidden, logits, w, k)) <= BOUND
+
+
 def test_cuda_graph_capture_replays_the_same_bits(rng):
     e, k, h, i = 32, 4, 256, 192
     w = random_layer(rng, e, h, i)
