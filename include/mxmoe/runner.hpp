@@ -46,6 +46,10 @@ struct RunnerOptions {
   Backend backend = Backend::Auto;
   int64_t max_tokens = 4096;  // the workspace is sized for at most this many tokens per forward
   bool use_env = true;        // let MXMOE_BACKEND override `backend`
+  // A 0xFF (NaN) weight scale byte: an Error naming the tensor and block (default; a gpt-oss
+  // checkpoint has none, so one means corruption), or, when allowed, the MX semantics: that block's
+  // outputs are NaN.
+  bool allow_nan_scales = false;
 };
 
 class BackendImpl;

@@ -1,15 +1,36 @@
 // MoeRunner: validation of every argument, then dispatch to the backend.
 #include "mxmoe/runner.hpp"
 
+#include <algorithm>
+#include <span>
+#include <string>
+
 #include "moe/backend.hpp"
 #include "mxmoe/error.hpp"
 
 namespace mxmoe {
+namespace {
+
+// The first 0xFF byte of scales [E, rows, blocks] as an Error naming it.
+void reject_nan_scales(std::span<const uint8_t> scales, const char* name, int64_t rows, int64_t blocks) {
+  const auto it = std::find(scales.begin(), scales.end(), uint8_t{0xFF});
+  if (it == scales.end()) return;
+  const int64_t i = it - scales.begin();
+  throw Error(std::string(name) + ": scale byte 0xFF (NaN) at expert " + std::to_string(i / (rows * blocks)) +
+              ", row " + std::to_string(i / blocks % rows) + ", block " + std::to_string(i % blocks) +
+              "; MXFP4 weights of a gpt-oss layer are never NaN (RunnerOptions::allow_nan_scales keeps MX semantics)");
+}
+
+}  // namespace
 
 MoeRunner::MoeRunner(const MoeConfig& config, const MoeWeights& weights, const RunnerOptions& options)
     : config_(config), backend_(Backend::Reference), max_tokens_(options.max_tokens) {
   config_.validate();
   weights.validate(config_);
+  if (!options.allow_nan_scales) {
+    reject_nan_scales(weights.w1_scales, "w1_scales", 2 * config_.intermediate, config_.hidden / 32);
+    reject_nan_scales(weights.w2_scales, "w2_scales", config_.hidden, config_.intermediate / 32);
+  }
   MXMOE_REQUIRE(options.max_tokens >= 0 && options.max_tokens <= (int64_t{1} << 24),
                 "max_tokens: expected 0..16777216, got ", options.max_tokens);
   backend_ = resolve_backend(options);

@@ -2,6 +2,7 @@
 // misuse is an mxmoe::Error naming the argument.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <random>
 #include <vector>
@@ -64,6 +65,30 @@ TEST(Runner, RejectsMisuse) {
   MoeWeights short_weights = layer.view();
   short_weights.w2_scales = short_weights.w2_scales.first(short_weights.w2_scales.size() - 1);
   expect_error_naming([&] { MoeRunner r(cfg, short_weights, reference_options(4)); }, "w2_scales");
+}
+
+TEST(Runner, NanScaleBytesAreRejectedUnlessAllowed) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const MoeConfig cfg = make_config(3, 2, 96, 64);
+  MoeLayerData layer = MoeLayerData::random(cfg, seed);
+  // w2_scales [E, H, I/32]: expert 2, row 7, block 1.
+  layer.w2_scales[static_cast<size_t>((2 * cfg.hidden + 7) * (cfg.intermediate / 32) + 1)] = 0xFF;
+  expect_error_naming([&] { MoeRunner r(cfg, layer.view(), reference_options(4)); },
+                      "w2_scales: scale byte 0xFF (NaN) at expert 2, row 7, block 1");
+  MoeLayerData first = MoeLayerData::random(cfg, seed + 1);
+  first.w1_scales[5] = 0xFF;  // expert 0, row 1 (H/32 = 3 blocks per row), block 2
+  expect_error_naming([&] { MoeRunner r(cfg, first.view(), reference_options(4)); },
+                      "w1_scales: scale byte 0xFF (NaN) at expert 0, row 1, block 2");
+  // Allowed: the MX semantics, NaN outputs where the block contributes.
+  RunnerOptions allow = reference_options(4);
+  allow.allow_nan_scales = true;
+  const MoeRunner runner(cfg, layer.view(), allow);
+  std::vector<uint16_t> hidden(static_cast<size_t>(cfg.hidden), 0x3F80), out(hidden.size(), 0);
+  std::vector<float> logits = {0.f, 0.f, 100.f};  // expert 2 (and one other) take the token
+  runner.forward(hidden.data(), logits.data(), 1, out.data(), nullptr, 0);
+  EXPECT_TRUE(std::isnan(bf16_to_float(out[7])));
+  EXPECT_FALSE(std::isnan(bf16_to_float(out[6])));
 }
 
 TEST(Runner, MovedFromRunnerIsAnErrorNotACrash) {

@@ -151,5 +151,9 @@ def test_bad_arguments_name_themselves(rng):
                         top_k=e + 1, backend="reference")
     with pytest.raises(mxmoe.Error, match="backend"):
         mxmoe.MoeLayer("tiny", w, backend="warp-speed")
+    nan_scales = dict(w, w2_scales=w["w2_scales"].copy())
+    nan_scales["w2_scales"][1, 3, 0] = 0xFF  # NaN: never in a gpt-oss checkpoint
+    with pytest.raises(mxmoe.Error, match="w2_scales: scale byte 0xFF .NaN. at expert 1, row 3, block 0"):
+        mxmoe.MoeLayer("tiny", nan_scales, backend="reference")
     with pytest.raises(mxmoe.Error, match="missing"):
         mxmoe.MoeLayer("tiny", {"w1_blocks": w["w1_blocks"]})
