@@ -38,8 +38,8 @@ constexpr int kRowBytes = gemv::kChunkK * 2 + 64;
 __host__ __device__ constexpr int act_stage_bytes(int m_tiles) { return block_m(m_tiles) * kRowBytes; }
 __host__ __device__ constexpr int stage_bytes(int m_tiles) { return act_stage_bytes(m_tiles) + kWeightStageBytes; }
 // Pipeline depth. 4/3 stages for the 16/32-row tiles (still inside SM120's 99 KB) measured no faster
-// on an H200 (T = 256 the same, T = 1024 3% slower, docs/perf-log.md): these tiles are bound by the
-// MMA and decode issue, not by load latency. Two stages: 44, 54 and 74 KB.
+// on an H200 (T = 256 the same, T = 1024 3% slower, docs/perf-log.md): these tiles are not bound by
+// load latency (the profile: barrier stalls and the decode's issue). Two stages: 44, 54 and 74 KB.
 constexpr int kStages = 2;
 static_assert(kStages * stage_bytes(kMaxMTiles) <= 101376, "every tile fits SM120's 99 KB of shared memory");
 

@@ -37,7 +37,7 @@ constexpr int kActBytes = kBlockM * kCodeRowBytes;
 constexpr int kScaleBytes = 512;                      // one chunk (4 k-blocks) of a 128-row group, swizzled
 constexpr int kWeightBytes = kTilesPerBlock * gemv::kChunkBytes;
 constexpr int kStageBytes = kActBytes + kScaleBytes + kWeightBytes;
-constexpr int kStages = 2;  // 56 KB; deeper measured no faster for the Bf16Atom tiles (mma_gemm_kernel.cu)
+constexpr int kStages = 2;  // 55 KB; deeper measured no faster for the Bf16Atom tiles (mma_gemm_kernel.cu)
 static_assert(kStages * kStageBytes <= 101376, "the MX tile fits SM120's 99 KB of shared memory");
 
 // The swizzled-scale byte of local row l (0..63 of half `half`) and k-block b of the chunk.
