@@ -9,9 +9,15 @@ from ._mxmoe import Error, Layer, MoeConfig
 _WEIGHT_NAMES = ("w1_blocks", "w1_scales", "w1_bias", "w2_blocks", "w2_scales", "w2_bias")
 
 
+def _framework(tensor: Any) -> str:
+    """The top-level package of a tensor's type: "torch", "cupy", "numpy", "jax" (jaxlib's arrays too)."""
+    module = type(tensor).__module__.split(".")[0]
+    return "jax" if module == "jaxlib" else module
+
+
 def _current_stream(tensor: Any) -> int:
     """The caller's current CUDA stream for a framework tensor (0, the legacy stream, otherwise)."""
-    module = type(tensor).__module__.split(".")[0]
+    module = _framework(tensor)
     if module == "torch" and tensor.is_cuda:
         import torch
 
@@ -25,7 +31,7 @@ def _current_stream(tensor: Any) -> int:
 
 def _empty_like(hidden: Any) -> Any:
     """An output tensor like `hidden`, from the caller's own framework."""
-    module = type(hidden).__module__.split(".")[0]
+    module = _framework(hidden)
     if module == "torch":
         import torch
 
@@ -101,11 +107,11 @@ class MoeLayer:
         CuPy; the legacy stream otherwise). Torch tensors without `out` go through the custom op
         torch.ops.mxmoe.moe_forward (torch.compile). JAX arrays are read in place; without `out`, CPU
         JAX inputs give a new JAX array, and CUDA JAX inputs need a writable CUDA `out`."""
-        if out is None and stream is None and type(hidden).__module__.split(".")[0] == "torch":
+        if out is None and stream is None and _framework(hidden) == "torch":
             from . import _torch
 
             return _torch.call(self, hidden, router_logits)
-        if out is None and type(hidden).__module__.split(".")[0] in ("jax", "jaxlib"):
+        if out is None and _framework(hidden) == "jax":
             return _jax_call(self, hidden, router_logits, stream)
         if out is None:
             out = _empty_like(hidden)
@@ -113,7 +119,7 @@ class MoeLayer:
         return out
 
     def _forward_into(self, hidden: Any, router_logits: Any, out: Any, stream: Optional[int]) -> None:
-        if type(hidden).__module__.split(".")[0] in ("jax", "jaxlib"):
+        if _framework(hidden) == "jax":
             # JAX computes on its own streams, which a given stream does not wait for: the inputs
             # must be complete before the kernels read them.
             hidden.block_until_ready()

@@ -69,6 +69,15 @@ def reference_moe(hidden_bits, logits, w, top_k, alpha=1.702, limit=7.0):
     return out
 
 
+def make_config(e, k, h, i):
+    """A MoeConfig of E experts, top-k, hidden H and intermediate I (gpt-oss semantics otherwise)."""
+    import mxmoe
+
+    c = mxmoe.MoeConfig()
+    c.num_experts, c.top_k, c.hidden, c.intermediate = e, k, h, i
+    return c
+
+
 def rel_error(out_bits, ref):
     out = bf16_to_f64(out_bits)
     assert np.isfinite(out).all(), "non-finite or unwritten outputs"

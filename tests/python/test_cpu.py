@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import mxmoe
-from conftest import f64_to_bf16, random_layer, reference_moe, rel_error
+from conftest import f64_to_bf16, make_config, random_layer, reference_moe, rel_error
 
 
 def test_probe_needs_no_gpu():
@@ -66,19 +66,12 @@ def test_jax_arrays_through_dlpack(rng):
     assert isinstance(out, jax.Array) and out.dtype == jnp.bfloat16 and out.shape == (5, h)
     assert rel_error(np.asarray(out.view(jnp.uint16)), ref) <= 1e-2
     # Into a NumPy buffer.
-    layer = mxmoe.MoeLayer(_config(e, k, h, i), jw, backend="reference",
-                           max_tokens=8)
+    layer = mxmoe.MoeLayer(make_config(e, k, h, i), jw, backend="reference", max_tokens=8)
     buf = np.full((5, h), 0x7FC0, np.uint16)
     layer(jh, jl, buf)
     assert rel_error(buf, ref) <= 1e-2
     with pytest.raises(mxmoe.Error, match="hidden"):
         layer(jh.astype(jnp.float32), jl, buf)
-
-
-def _config(e, k, h, i):
-    c = mxmoe.MoeConfig()
-    c.num_experts, c.top_k, c.hidden, c.intermediate = e, k, h, i
-    return c
 
 
 def test_one_expert_takes_every_token_and_layer_is_reused(rng):

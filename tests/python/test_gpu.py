@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import mxmoe
-from conftest import f64_to_bf16, random_layer, reference_moe, rel_error
+from conftest import f64_to_bf16, make_config, random_layer, reference_moe, rel_error
 
 torch = pytest.importorskip("torch")
 if not torch.cuda.is_available() or not mxmoe.probe()["gpu_available"]:
@@ -108,7 +108,7 @@ def poisoned(like):
 def test_random_shapes_match_torch_reference(rng, backend, tokens):
     for _ in range(3):
         (e, k, h, i), w, hidden, logits = random_case(rng, tokens)
-        layer = mxmoe.MoeLayer(_config(e, k, h, i), w, backend=backend, max_tokens=max(tokens, 1))
+        layer = mxmoe.MoeLayer(make_config(e, k, h, i), w, backend=backend, max_tokens=max(tokens, 1))
         out = poisoned(hidden)
         layer(hidden, logits, out)
         torch.cuda.synchronize()
@@ -122,7 +122,7 @@ def test_random_shapes_match_torch_reference(rng, backend, tokens):
 def test_one_expert_takes_every_token_and_the_rest_none(rng, backend):
     (e, k, h, i), w, hidden, logits = random_case(rng, 200, experts=16)
     logits[:, 5] += 100.0
-    layer = mxmoe.MoeLayer(_config(e, k, h, i), w, backend=backend, max_tokens=200)
+    layer = mxmoe.MoeLayer(make_config(e, k, h, i), w, backend=backend, max_tokens=200)
     out = poisoned(hidden)
     layer(hidden, logits, out)
     assert torch_rel_error(out, torch_reference(hidden, logits, w, k)) <= BOUND
@@ -150,7 +150,7 @@ def test_fused_moe_matches_both_references(rng, backend, tokens):
 
 def test_runs_on_the_callers_stream(rng):
     (e, k, h, i), w, hidden, logits = random_case(rng, 64, experts=32)
-    layer = mxmoe.MoeLayer(_config(e, k, h, i), w, max_tokens=64)
+    layer = mxmoe.MoeLayer(make_config(e, k, h, i), w, max_tokens=64)
     expected = layer(hidden, logits).clone()
     side = torch.cuda.Stream()
     out = poisoned(hidden)
@@ -171,7 +171,7 @@ def test_cupy_arrays_through_dlpack(rng):
     hidden = f64_to_bf16(rng.normal(size=(9, h)))
     logits = rng.normal(0, 2, size=(9, e)).astype(np.float32)
     cw = {name: cupy.asarray(v) for name, v in w.items()}  # bf16 as its uint16 bits (CuPy has no bfloat16)
-    layer = mxmoe.MoeLayer(_config(e, k, h, i), cw, max_tokens=16)
+    layer = mxmoe.MoeLayer(make_config(e, k, h, i), cw, max_tokens=16)
     out = cupy.full(hidden.shape, 0x7FC0, dtype=cupy.uint16)  # NaN bits
     layer(cupy.asarray(hidden), cupy.asarray(logits), out)
     cupy.cuda.get_current_stream().synchronize()
@@ -191,7 +191,7 @@ def test_jax_cuda_arrays_into_a_torch_out(rng):
     jw = {name: jax.device_put(v, gpu) for name, v in w.items()}
     jh = jax.device_put(hidden, gpu).view(jax.numpy.bfloat16)
     jl = jax.device_put(logits, gpu) + 0.0  # made by a JAX kernel, on a JAX stream
-    layer = mxmoe.MoeLayer(_config(e, k, h, i), jw, max_tokens=8)
+    layer = mxmoe.MoeLayer(make_config(e, k, h, i), jw, max_tokens=8)
     with pytest.raises(mxmoe.Error, match="out"):
         layer(jh, jl)  # JAX arrays are immutable: no output is made for them on a GPU
     out = torch.full((7, h), float("nan"), dtype=torch.bfloat16, device="cuda")
@@ -200,12 +200,17 @@ def test_jax_cuda_arrays_into_a_torch_out(rng):
     assert rel_error(bits(out), reference_moe(hidden, logits, w, k)) <= BOUND
 
 
-def test_cuda_graph_capture_replays_the_same_bits(rng):
+def layer_and_inputs(rng, tokens, max_tokens):
+    """A 32-expert layer (top-4, H 256, I 192) with random weights, and random inputs of `tokens` rows."""
     e, k, h, i = 32, 4, 256, 192
-    w = random_layer(rng, e, h, i)
-    layer = mxmoe.MoeLayer(_config(e, k, h, i), torch_weights(w), max_tokens=64)
-    hidden = to_torch_bf16(f64_to_bf16(rng.normal(size=(37, h))))
-    logits = torch.from_numpy(rng.normal(size=(37, e)).astype(np.float32)).cuda()
+    layer = mxmoe.MoeLayer(make_config(e, k, h, i), torch_weights(random_layer(rng, e, h, i)), max_tokens=max_tokens)
+    hidden = to_torch_bf16(f64_to_bf16(rng.normal(size=(tokens, h))))
+    logits = torch.from_numpy(rng.normal(size=(tokens, e)).astype(np.float32)).cuda()
+    return layer, hidden, logits
+
+
+def test_cuda_graph_capture_replays_the_same_bits(rng):
+    layer, hidden, logits = layer_and_inputs(rng, 37, max_tokens=64)
     eager = layer(hidden, logits).clone()
     out = torch.empty_like(hidden)
     s = torch.cuda.Stream()
@@ -223,11 +228,7 @@ def test_cuda_graph_capture_replays_the_same_bits(rng):
 
 
 def test_torch_compile_traces_the_custom_op(rng):
-    e, k, h, i = 32, 4, 256, 192
-    w = random_layer(rng, e, h, i)
-    layer = mxmoe.MoeLayer(_config(e, k, h, i), torch_weights(w), max_tokens=16)
-    hidden = to_torch_bf16(f64_to_bf16(rng.normal(size=(5, h))))
-    logits = torch.from_numpy(rng.normal(size=(5, e)).astype(np.float32)).cuda()
+    layer, hidden, logits = layer_and_inputs(rng, 5, max_tokens=16)
     eager = layer(hidden, logits) * 2  # registers the op and the layer's handle first
     compiled = torch.compile(lambda x, l: layer(x, l) * 2, fullgraph=True)
     assert torch.equal(compiled(hidden, logits), eager)
@@ -235,7 +236,7 @@ def test_torch_compile_traces_the_custom_op(rng):
 
 def test_gpu_argument_errors_name_the_argument(rng):
     (e, k, h, i), w, hidden, logits = random_case(rng, 8, experts=8)
-    layer = mxmoe.MoeLayer(_config(e, k, h, i), w, max_tokens=8)
+    layer = mxmoe.MoeLayer(make_config(e, k, h, i), w, max_tokens=8)
     cases = {
         "hidden": lambda: layer(hidden.float(), logits, torch.empty_like(hidden)),
         "router_logits": lambda: layer(hidden, logits.double(), torch.empty_like(hidden)),
@@ -256,9 +257,3 @@ def test_gpu_argument_errors_name_the_argument(rng):
     out = poisoned(hidden)
     layer(hidden, logits, out)
     assert torch_rel_error(out, torch_reference(hidden, logits, w, k)) <= BOUND
-
-
-def _config(e, k, h, i):
-    c = mxmoe.MoeConfig()
-    c.num_experts, c.top_k, c.hidden, c.intermediate = e, k, h, i
-    return c
