@@ -137,6 +137,16 @@ class GpuBackend final : public BackendImpl {
     MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
     // Tuning knob: force the GEMV split-K instead of the cost model's choice (0: not set).
     ksplit_override_ = env_choice("MXMOE_GEMV_KSPLIT", {1, 2, 4, 8});
+    // The GEMV family's 16-row batch where its staged rows fit (not on SM120/SM121's 99 KB at K = 2880)
+    // and the ring has the default depth; MXMOE_GEMV_BATCH forces 8 or 16.
+    wide_ok_ = stages == gemv::kDefaultStages &&
+               gemv::wide_batch_fits(config.hidden, static_cast<size_t>(smem_optin), static_smem) &&
+               gemv::wide_batch_fits(config.intermediate, static_cast<size_t>(smem_optin), static_smem);
+    batch_override_ = env_choice("MXMOE_GEMV_BATCH", {8, gemv::kWideBatchRows});
+    MXMOE_REQUIRE(batch_override_ != gemv::kWideBatchRows || wide_ok_, "MXMOE_GEMV_BATCH: ", gemv::kWideBatchRows,
+                  "-row batches need the full build profile, ", gemv::kDefaultStages,
+                  " ring stages and room for 16 staged rows of K = ", std::max(h, i),
+                  " in this device's shared memory (", smem_optin, " bytes per block)");
     // Tuning knob: the largest T whose combine GEMM2 does (0: always the combine kernel).
     fused_combine_tokens_ = gemv::kDefaultFusedCombineTokens;
     if (const char* env = std::getenv("MXMOE_FUSED_COMBINE_TOKENS"); env != nullptr && *env != '\0')
@@ -162,6 +172,8 @@ class GpuBackend final : public BackendImpl {
         tune_ = std::move(table);
     }
     if (mx_mode()) mma::mx_configure();
+    // Testing knob: GEMM1's fp32 output quantised by a second expand instead of its MXFP8 epilogue.
+    mx_expand_intermediate_ = env_choice("MXMOE_MX_EXPAND_INTERMEDIATE", {0, 1}) == 1;
     device_ = device;
     // The fused decode path (kernels/gemv/decode.hpp) up to MXMOE_DECODE_TOKENS tokens (0: off).
     decode_tokens_ = kDefaultDecodeTokens;
@@ -232,6 +244,7 @@ class GpuBackend final : public BackendImpl {
     a.combine_counters = ws.combine_counters;
     a.combine_counter_count = fused_combine ? gemv::combine_counters_needed(config_.hidden) : 0;
 
+    a.batch_rows = batch_rows_for(tokens);
     bind(a, w1_, static_cast<int>(2 * config_.intermediate), config_.hidden);
     a.act = hidden;
     a.out = ws.intermediate;
@@ -253,7 +266,8 @@ class GpuBackend final : public BackendImpl {
     if (mx_mode())
       return std::string(mode_ == Backend::Mx ? "mx native (block-scaled mma.sync kind::mxf8f6f4)"
                                                : "mx emulated (e4m3 mma.sync, scales in fp32)") +
-             " 64x256x128 tiles, MXFP8 expand (RCEIL) before both gemms";
+             " 64x256x128 tiles, MXFP8 expand (RCEIL) before gemm1, " +
+             (mx_expand_intermediate_ ? "fp32 intermediate + MXFP8 expand before gemm2" : "MXFP8 epilogue in gemm1");
     if (uses_mma(tokens)) {
       const int m_tiles = m_tiles_for(tokens);
       return "mma bf16 " + std::to_string(mma::block_m(m_tiles)) + "x" + std::to_string(mma::kBlockN) +
@@ -267,10 +281,17 @@ class GpuBackend final : public BackendImpl {
     a.sm_count = sm_count_;
     a.ksplit_override = ksplit_override_;
     std::ostringstream os;
-    bind(a, w1_, static_cast<int>(2 * config_.intermediate), config_.hidden);
-    os << "gemv 16x8 tiles, gemm1 ksplit " << gemv::ksplit_for(a, max_active);
-    bind(a, w2_, config_.hidden, config_.intermediate);
-    os << ", gemm2 ksplit " << gemv::ksplit_for(a, max_active) << ", " << max_active << " expert slots";
+    const int batch = batch_rows_for(tokens);
+    os << "gemv 16x" << batch << " tiles";
+    if (batch == gemv::kWideBatchRows) {
+      os << " (256x16 per block)";
+    } else {
+      bind(a, w1_, static_cast<int>(2 * config_.intermediate), config_.hidden);
+      os << ", gemm1 ksplit " << gemv::ksplit_for(a, max_active);
+      bind(a, w2_, config_.hidden, config_.intermediate);
+      os << ", gemm2 ksplit " << gemv::ksplit_for(a, max_active);
+    }
+    os << ", " << max_active << " expert slots";
     if (w1_.stages != gemv::kDefaultStages || w2_.stages != gemv::kDefaultStages)
       os << ", ring stages " << w1_.stages << "/" << w2_.stages;
     if (tokens <= gemv::kLocalRouteTokens) os << ", routed in both gemms";
@@ -291,10 +312,26 @@ class GpuBackend final : public BackendImpl {
     return pairs == 0 ? 0.0 : static_cast<double>(pairs) / static_cast<double>(std::min<int64_t>(config_.num_experts, pairs));
   }
 
+  // The GEMV batch: forced (MXMOE_GEMV_BATCH), else the tune table's, else 16 rows from
+  // kWideBatchMinRows rows per expert on (below, most experts fit one 8-row pass and the wide batch
+  // would only add MMAs and staging), where it fits.
+  static constexpr double kWideBatchMinRows = 6.0;
+  int batch_rows_for(int64_t tokens) const {
+    if (batch_override_ > 0) return batch_override_;
+    if (!wide_ok_) return 8;
+    if (tune_) {
+      const TunePlan& p = tune_->plan_for(rows_per_expert(tokens));
+      if (!p.mma) return p.batch_rows;
+    }
+    return rows_per_expert(tokens) >= kWideBatchMinRows ? gemv::kWideBatchRows : 8;
+  }
+
   // The tensor-core family when forced, or (Auto) from kMmaMinRows rows per expert on: below, the
-  // GEMV family streams each weight once per 8 rows cheaply enough; above, the tensor-core tile
-  // decodes each weight once per 16-64 rows. Measured on an H200 (docs/perf-log.md).
-  static constexpr double kMmaMinRows = 8.0;
+  // GEMV family streams each weight once per 8 or 16 rows cheaply enough; above, the tensor-core
+  // tile decodes each weight once per 32 rows. Measured on an H200 (bench --tune, gpt-oss-120b,
+  // docs/perf-log.md): the 16-row GEMV batch wins at 8 and 12 rows per expert, the 32-row tensor-core
+  // tile at 16.
+  static constexpr double kMmaMinRows = 14.0;
   bool uses_mma(int64_t tokens) const {
     if (mode_ == Backend::Mma) return true;
     if (mode_ != Backend::Auto || !mma_ok_) return false;
@@ -343,22 +380,31 @@ class GpuBackend final : public BackendImpl {
                               ? gemv::decode_partial_floats(config_.num_experts, config_.top_k, config_.hidden,
                                                             config_.intermediate, tokens, grid())
                               : 0;
-    size_t codes = 0, scales = 0;
+    MxBufferBytes mx;
     if (mx_mode()) {
       const int64_t pairs = tokens * config_.top_k;
       const int64_t slots = std::min<int64_t>(config_.num_experts, pairs);
-      const int k = std::max(config_.hidden, config_.intermediate);
-      codes = static_cast<size_t>(routing::expand_code_bytes(pairs, slots, k));
-      scales = static_cast<size_t>(routing::expand_scale_bytes(pairs, slots, k));
+      // The second expand (MXMOE_MX_EXPAND_INTERMEDIATE) reuses GEMM1's input buffer for K = I.
+      const int k = mx_expand_intermediate_ ? std::max(config_.hidden, config_.intermediate) : config_.hidden;
+      mx.codes = static_cast<size_t>(routing::expand_code_bytes(pairs, slots, k));
+      mx.scales = static_cast<size_t>(routing::expand_scale_bytes(pairs, slots, k));
+      if (!mx_expand_intermediate_) {
+        mx.codes2 = static_cast<size_t>(routing::expand_code_bytes(pairs, slots, config_.intermediate));
+        mx.scales2 = static_cast<size_t>(routing::expand_scale_bytes(pairs, slots, config_.intermediate));
+      }
     }
-    return WorkspaceLayout(config_, tokens, floats, codes, scales, mx_mode() ? 4 : 2);
+    // The fp32 intermediate only exists for the second expand; the MXFP8 epilogue skips it.
+    const size_t intermediate_bytes = !mx_mode() ? 2 : mx_expand_intermediate_ ? 4 : 0;
+    return WorkspaceLayout(config_, tokens, floats, mx, intermediate_bytes);
   }
 
   bool mx_mode() const { return mode_ == Backend::MxEmulated || mode_ == Backend::Mx; }
   mma::MxAtom mx_atom() const { return mode_ == Backend::Mx ? mma::MxAtom::Native : mma::MxAtom::Emulated; }
 
-  // The block-scaled path: route, expand (bf16 -> MXFP8, swizzled scales) of the tokens, GEMM1, expand
-  // of the intermediate, GEMM2, combine. bench --stages: gemm1 and gemm2 include their expands.
+  // The block-scaled path: route, expand (bf16 -> MXFP8, swizzled scales) of the tokens, GEMM1 with
+  // the MXFP8 epilogue (it writes GEMM2's input), GEMM2, combine. MXMOE_MX_EXPAND_INTERMEDIATE=1
+  // instead writes GEMM1's fp32 output and quantises it in a second expand (the same bytes, one more
+  // pass). bench --stages: gemm1 includes the first expand, gemm2 the second.
   void forward_mx(const uint16_t* hidden, const float* router_logits, int64_t tokens, uint16_t* out,
                   const BoundWorkspace& ws, cudaStream_t stream, int stages) const {
     routing::route_and_permute(config_, router_logits, tokens, ws.routing, stream);
@@ -379,13 +425,24 @@ class GpuBackend final : public BackendImpl {
     bind_routing(a, ws);
     bind_weights(a, w1_, static_cast<int>(2 * config_.intermediate), config_.hidden);
     a.out = ws.intermediate;
+    if (!mx_expand_intermediate_) {
+      a.out_codes = ws.mx_codes2;
+      a.out_scales = ws.mx_scales2;
+      a.floor_rule = e.rule == ScaleRule::Floor;
+    }
     mma::launch_mx_gemm1(mx_atom(), a, tokens, max_active, stream);
     if (stages < 3) return;
-    e.act = ws.intermediate;
-    e.f32 = true;
-    e.gather = false;
-    e.k = config_.intermediate;
-    routing::expand_mxfp8(e, ws.routing, tokens, max_active, stream);
+    if (mx_expand_intermediate_) {
+      e.act = ws.intermediate;
+      e.f32 = true;
+      e.gather = false;
+      e.k = config_.intermediate;
+      routing::expand_mxfp8(e, ws.routing, tokens, max_active, stream);
+    } else {
+      a.codes = ws.mx_codes2;
+      a.scales = ws.mx_scales2;
+    }
+    a.out_codes = a.out_scales = nullptr;
     bind_weights(a, w2_, config_.hidden, config_.intermediate);
     a.out = ws.expert_rows;
     mma::launch_mx_gemm2(mx_atom(), a, tokens, max_active, stream);
@@ -467,6 +524,9 @@ class GpuBackend final : public BackendImpl {
   int sm_count_ = 0;
   int device_ = 0;
   int ksplit_override_ = 0;
+  bool wide_ok_ = false;    // the GEMV family's 16-row batch is built and fits this device and shape
+  int batch_override_ = 0;  // MXMOE_GEMV_BATCH (0: not set)
+  bool mx_expand_intermediate_ = false;  // MXMOE_MX_EXPAND_INTERMEDIATE: a second expand, not GEMM1's epilogue
   int fused_combine_tokens_ = gemv::kDefaultFusedCombineTokens;
   int mtiles_override_ = 0;
   std::optional<TuneTable> tune_;

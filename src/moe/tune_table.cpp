@@ -67,6 +67,10 @@ TuneTable parse_tune_table(const std::string& json_text, const std::string& sour
       plan.m_tiles = field(p, "m_tiles", 0, where.c_str());
       MXMOE_REQUIRE(plan.m_tiles == 1 || plan.m_tiles == 2 || plan.m_tiles == 4, source, ": ", where,
                     ".m_tiles must be 1, 2 or 4, got ", plan.m_tiles);
+    } else if (p.contains("batch_rows")) {
+      plan.batch_rows = field(p, "batch_rows", 0, where.c_str());
+      MXMOE_REQUIRE(plan.batch_rows == 8 || plan.batch_rows == 16, source, ": ", where,
+                    ".batch_rows must be 8 or 16, got ", plan.batch_rows);
     }
     const bool last = i + 1 == plans.size();
     if (!last) {
@@ -95,6 +99,7 @@ std::string tune_table_to_json(const TuneTable& t) {
     if (i + 1 < t.plans.size()) p["max_rows_per_expert"] = t.plans[i].max_rows_per_expert;
     p["family"] = t.plans[i].mma ? "mma" : "gemv";
     if (t.plans[i].mma) p["m_tiles"] = t.plans[i].m_tiles;
+    else if (t.plans[i].batch_rows != 8) p["batch_rows"] = t.plans[i].batch_rows;
     j["plans"].push_back(p);
   }
   return j.dump(2) + "\n";

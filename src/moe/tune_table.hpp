@@ -4,7 +4,8 @@
 // number of rows per expert. JSON:
 //   {"device": "NVIDIA H200", "compute_capability": "9.0",
 //    "shape": {"experts": 128, "top_k": 4, "hidden": 2880, "intermediate": 2880},
-//    "plans": [{"max_rows_per_expert": 6, "family": "gemv"},
+//    "plans": [{"max_rows_per_expert": 3, "family": "gemv"},
+//              {"max_rows_per_expert": 6, "family": "gemv", "batch_rows": 16},
 //              {"max_rows_per_expert": 24, "family": "mma", "m_tiles": 1},
 //              {"family": "mma", "m_tiles": 4}]}
 // Plans are in increasing max_rows_per_expert; the last has none (it covers every larger count).
@@ -20,6 +21,7 @@ struct TunePlan {
   double max_rows_per_expert = 0;  // this plan serves rows per expert <= this (the last: any)
   bool mma = false;                // the tensor-core family, else the GEMV family
   int m_tiles = 4;                 // tensor-core m16 tiles per block: 1, 2 or 4
+  int batch_rows = 8;              // GEMV rows per weight pass: 8 or 16 (absent in a table: 8)
 };
 
 struct TuneTable {

@@ -20,20 +20,29 @@ struct BoundWorkspace {
   int32_t* pair_slot;      // [T*k]
   int32_t* slot_expert;    // [min(E, T*k)]
   int32_t* combine_counters;  // [gemv::combine_counters_needed(H)] the combine in GEMM2
-  // The MX backends: one MXFP8 expand output (routing/expand.hpp), reused by GEMM1 and GEMM2.
+  // The MX backends: GEMM1's MXFP8 input (the expand's output, routing/expand.hpp; reused for GEMM2's
+  // when a second expand quantises the intermediate) and GEMM2's, written by GEMM1's MXFP8 epilogue.
   uint8_t* mx_codes;
   uint8_t* mx_scales;
+  uint8_t* mx_codes2;
+  uint8_t* mx_scales2;
+};
+
+// The MX backends' MXFP8 buffers: GEMM1's input (K = H, or max(H, I) when the second expand reuses
+// it) and GEMM2's (K = I, from GEMM1's epilogue).
+struct MxBufferBytes {
+  size_t codes = 0, scales = 0, codes2 = 0, scales2 = 0;
 };
 
 struct WorkspaceLayout {
   size_t expert_ids = 0, pair_weights = 0, expert_offsets = 0, active_experts = 0, active_count = 0, row_pair = 0,
          pair_row = 0, global_counts = 0, intermediate = 0, expert_rows = 0, decode_partials = 0, pair_slot = 0,
-         slot_expert = 0, combine_counters = 0, mx_codes = 0, mx_scales = 0, total = 0;
+         slot_expert = 0, combine_counters = 0, mx_codes = 0, mx_scales = 0, mx_codes2 = 0, mx_scales2 = 0, total = 0;
 
   // decode_floats: the fused decode path's partial sums for this T (0 when it is not used);
-  // mx_code_bytes, mx_scale_bytes: the MX backends' expand output (0 otherwise).
-  WorkspaceLayout(const MoeConfig& config, int64_t tokens, size_t decode_floats = 0, size_t mx_code_bytes = 0,
-                  size_t mx_scale_bytes = 0, size_t intermediate_elem_bytes = 2) {
+  // mx: the MX backends' MXFP8 buffers (0 otherwise).
+  WorkspaceLayout(const MoeConfig& config, int64_t tokens, size_t decode_floats = 0, const MxBufferBytes& mx = {},
+                  size_t intermediate_elem_bytes = 2) {
     const auto pairs = static_cast<size_t>(tokens * config.top_k);
     const auto experts = static_cast<size_t>(config.num_experts);
     auto take = [this](size_t bytes) {
@@ -55,8 +64,10 @@ struct WorkspaceLayout {
     pair_slot = take(pairs * 4);
     slot_expert = take(pairs * 4);
     combine_counters = take(static_cast<size_t>(gemv::combine_counters_needed(config.hidden)) * 4);
-    mx_codes = take(mx_code_bytes);
-    mx_scales = take(mx_scale_bytes);
+    mx_codes = take(mx.codes);
+    mx_scales = take(mx.scales);
+    mx_codes2 = take(mx.codes2);
+    mx_scales2 = take(mx.scales2);
   }
 
   BoundWorkspace bind(void* base) const {
@@ -79,6 +90,8 @@ struct WorkspaceLayout {
     w.combine_counters = reinterpret_cast<int32_t*>(b + combine_counters);
     w.mx_codes = b + mx_codes;
     w.mx_scales = b + mx_scales;
+    w.mx_codes2 = b + mx_codes2;
+    w.mx_scales2 = b + mx_scales2;
     return w;
   }
 };

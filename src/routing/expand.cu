@@ -1,9 +1,6 @@
 // bf16 -> MXFP8 expand (expand.hpp): one block per m-tile of 128 padded rows, one thread per
-// (row, 32-element block). The quantisation is the CPU reference's (formats.hpp, mx_block.cpp) bit
-// for bit: the same scale rules, elements x * 2^-s rounded to nearest even and saturated by the
-// hardware e4m3 convert, a non-finite block marked by scale 0xFF with zero elements.
-#include <cuda_fp8.h>
-
+// (row, 32-element block). The quantisation is the CPU reference's bit for bit (common/mxfp8_quant.cuh).
+#include "kernels/common/mxfp8_quant.cuh"
 #include "kernels/common/pdl_launch.cuh"
 #include "moe/cuda_check.hpp"
 #include "mxmoe/scale_layout.hpp"
@@ -15,23 +12,6 @@ namespace {
 
 constexpr int kRows = 128;
 constexpr int kThreads = 256;
-constexpr int kE4m3Emax = 8;  // 448 = 1.75 * 2^8
-
-// The e8m0 byte of a block whose largest magnitude has the float bits `amax` (finite, > 0).
-__device__ __forceinline__ uint32_t block_scale(uint32_t amax, bool floor_rule) {
-  const int field = static_cast<int>(amax >> 23);
-  // A float subnormal amax lies below 2^-126: s <= -126 - 8 + 1, clamped to -127 by either rule.
-  if (field == 0) return 0;
-  int s = field - 127 - kE4m3Emax;
-  if (!floor_rule && (amax & 0x7FFFFFu) > 0x600000u) ++s;  // RCEIL: significand above 448's 1.75
-  return static_cast<uint32_t>(max(-127, min(127, s)) + 127);
-}
-
-// 2^-(byte - 127) for byte in [0, 254]; byte 254 gives the float subnormal 2^-127.
-__device__ __forceinline__ float inverse_scale(uint32_t byte) {
-  const uint32_t e = 254u - byte;
-  return __uint_as_float(e == 0 ? 0x00400000u : e << 23);
-}
 
 __global__ void __launch_bounds__(kThreads) expand_mxfp8_kernel(const ExpandArgs a, const RoutingBuffers r) {
   __shared__ MTile tile;
@@ -83,33 +63,8 @@ __global__ void __launch_bounds__(kThreads) expand_mxfp8_kernel(const ExpandArgs
         }
       }
     }
-    // The largest magnitude as float bits (monotone in the magnitude); an exponent of all ones is
-    // inf or NaN, and makes the whole block NaN.
-    uint32_t amax = 0;
-    bool nonfinite = false;
-#pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      const uint32_t m = __float_as_uint(x[j]) & 0x7FFFFFFFu;
-      amax = max(amax, m);
-      nonfinite |= m >= 0x7F800000u;
-    }
-    uint32_t byte;
     uint32_t out[8];
-    if (nonfinite) {
-      byte = 0xFFu;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) out[j] = 0;
-    } else {
-      byte = amax == 0 ? 0u : block_scale(amax, floor_rule);
-      const float inv = inverse_scale(byte);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        // Elements 4j..4j+3 -> four e4m3 bytes, element order kept.
-        const uint32_t b0 = __nv_cvt_float2_to_fp8x2(make_float2(x[4 * j] * inv, x[4 * j + 1] * inv), __NV_SATFINITE, __NV_E4M3);
-        const uint32_t b1 = __nv_cvt_float2_to_fp8x2(make_float2(x[4 * j + 2] * inv, x[4 * j + 3] * inv), __NV_SATFINITE, __NV_E4M3);
-        out[j] = (b0 & 0xFFFFu) | (b1 << 16);
-      }
-    }
+    const uint32_t byte = kernels::quantise_mxfp8_block(x, floor_rule, out);
     codes[0] = make_uint4(out[0], out[1], out[2], out[3]);
     codes[1] = make_uint4(out[4], out[5], out[6], out[7]);
     *scale = static_cast<uint8_t>(byte);

@@ -15,14 +15,17 @@ namespace {
 
 const char* kTable = R"({"device": "NVIDIA H200", "compute_capability": "9.0",
   "shape": {"experts": 128, "top_k": 4, "hidden": 2880, "intermediate": 2880},
-  "plans": [{"max_rows_per_expert": 5.6, "family": "gemv"},
+  "plans": [{"max_rows_per_expert": 2.8, "family": "gemv"},
+            {"max_rows_per_expert": 5.6, "family": "gemv", "batch_rows": 16},
             {"max_rows_per_expert": 22.6, "family": "mma", "m_tiles": 1},
             {"family": "mma", "m_tiles": 4}]})";
 
 TEST(TuneTable, SelectsThePlanOfTheRowsPerExpert) {
   const TuneTable t = parse_tune_table(kTable, "test");
-  ASSERT_EQ(t.plans.size(), 3u);
+  ASSERT_EQ(t.plans.size(), 4u);
   EXPECT_FALSE(t.plan_for(1.0).mma);
+  EXPECT_EQ(t.plan_for(1.0).batch_rows, 8);  // absent: 8
+  EXPECT_EQ(t.plan_for(2.9).batch_rows, 16);
   EXPECT_FALSE(t.plan_for(5.6).mma);
   EXPECT_TRUE(t.plan_for(5.7).mma);
   EXPECT_EQ(t.plan_for(8.0).m_tiles, 1);
@@ -40,6 +43,7 @@ TEST(TuneTable, RoundTripsThroughJson) {
   for (size_t i = 0; i < t.plans.size(); ++i) {
     EXPECT_EQ(back.plans[i].mma, t.plans[i].mma);
     EXPECT_EQ(back.plans[i].m_tiles, t.plans[i].m_tiles);
+    EXPECT_EQ(back.plans[i].batch_rows, t.plans[i].batch_rows);
     EXPECT_DOUBLE_EQ(back.plans[i].max_rows_per_expert, t.plans[i].max_rows_per_expert);
   }
   EXPECT_EQ(back.device, "NVIDIA H200");
@@ -60,7 +64,9 @@ TEST(TuneTable, RefusesMalformedTablesByField) {
   test::expect_error_naming([&] { parse_tune_table(with(R"("family": "gemv")", R"("family": "cpu")"), "t"); },
                             "plans[0].family");
   test::expect_error_naming([&] { parse_tune_table(with(R"("m_tiles": 1)", R"("m_tiles": 3)"), "t"); },
-                            "plans[1].m_tiles");
+                            "plans[2].m_tiles");
+  test::expect_error_naming([&] { parse_tune_table(with(R"("batch_rows": 16)", R"("batch_rows": 32)"), "t"); },
+                            "plans[1].batch_rows");
   test::expect_error_naming([&] { parse_tune_table(with("22.6", "5.0"), "t"); }, "increasing");
   test::expect_error_naming(
       [&] { parse_tune_table(with(R"({"family": "mma", "m_tiles": 4})", R"({"max_rows_per_expert": 90, "family": "mma", "m_tiles": 4})"), "t"); },
@@ -77,7 +83,7 @@ TEST(TuneTable, LoadsOnlyWhenTheFileExists) {
   std::ofstream(path) << kTable;
   const auto t = load_tune_table(path);
   ASSERT_TRUE(t.has_value());
-  EXPECT_EQ(t->plans.size(), 3u);
+  EXPECT_EQ(t->plans.size(), 4u);
   std::ofstream(path) << "[]";
   test::expect_error_naming([&] { load_tune_table(path); }, path);
   std::remove(path.c_str());

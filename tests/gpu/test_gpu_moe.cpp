@@ -215,13 +215,15 @@ TEST(GpuLayerSequence, BackToBackForwardsOnOneWorkspace) {
   std::mt19937_64 rng(seed);
   const MoeConfig cfg = mxmoe::test::make_config(32, 4, 512, 384);
   const MoeLayerData layer = MoeLayerData::random(cfg, seed);
-  // Auto switches families inside the sequence (T = 64 has 8 rows per expert).
-  const MoeRunner runner(cfg, layer.view(), gemv_options(64, Backend::Auto));
+  // Auto switches plans inside the sequence: T = 37 takes the 8-row GEMV batch, T = 64 (8 rows per
+  // expert) the 16-row one, T = 128 (16 rows per expert) the tensor-core family.
+  const MoeRunner runner(cfg, layer.view(), gemv_options(128, Backend::Auto));
   ASSERT_NE(runner.describe_plan(64), runner.describe_plan(37));
+  ASSERT_NE(runner.describe_plan(128).find("mma"), std::string::npos) << runner.describe_plan(128);
   DeviceBuffer ws(runner.workspace_bytes());
   cudaStream_t stream;
   MXMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  const int64_t sequence[] = {2, 37, 1, 5, 64, 2, 9};
+  const int64_t sequence[] = {2, 37, 1, 128, 5, 64, 2, 9};
   struct Step {
     int64_t tokens;
     std::vector<uint16_t> hidden;
@@ -279,6 +281,110 @@ TEST(GpuLayerVariants, RingStagesAndSplitKMatchReference) {
       EXPECT_EQ(e.nan_count, 0);
       EXPECT_LE(e.rel, 1e-2) << "worst element " << e.worst;
     }
+}
+
+// The GEMV family's 16-row batch (two MMAs per decoded weight fragment, 16 warps per block) against
+// the reference, and bit for bit against the 8-row batch without split-K: a column's sum runs in the
+// same order in both. Shapes: several 16-row passes per expert (T = 1000 on 32 experts, and one expert taking every
+// token), fewer rows than a batch (T = 3), K not a multiple of 128, wide scales, gpt-oss's K with
+// about 32 rows per expert.
+TEST(GpuLayerVariants, WideBatchMatchesReferenceAndNarrowBatchBits) {
+  MXMOE_SKIP_WITHOUT_GPU();
+  struct Case {
+    int experts, top_k, hidden, intermediate;
+    int64_t tokens;
+    bool one_expert, wide_scales;
+  };
+  const Case cases[] = {{32, 4, 256, 192, 1000, false, false}, {32, 4, 256, 192, 1000, true, false},
+                        {8, 2, 64, 64, 3, false, false},       {5, 3, 96, 160, 37, false, false},
+                        {16, 4, 384, 256, 300, false, true},   {8, 4, 2880, 2880, 64, false, false}};
+  for (const Case& c : cases) {
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed) + ", T = " + std::to_string(c.tokens) + ", H = " +
+                 std::to_string(c.hidden) + ", I = " + std::to_string(c.intermediate));
+    std::mt19937_64 rng(seed);
+    const MoeConfig cfg = mxmoe::test::make_config(c.experts, c.top_k, c.hidden, c.intermediate);
+    MoeLayerData layer = MoeLayerData::random(cfg, seed);
+    if (c.wide_scales) lift_some_scales(layer);
+    const auto hidden = random_hidden(c.tokens, cfg.hidden, rng);
+    auto logits = random_logits(c.tokens, cfg.num_experts, rng);
+    if (c.one_expert) route_every_token_to_one_expert(logits, c.tokens, cfg.num_experts);
+    // The 8-row batch without split-K (a split sums K in another order; the 16-row batch never splits).
+    auto runner_with = [&](const char* batch) {
+      const ScopedEnv knob("MXMOE_GEMV_BATCH", batch), split("MXMOE_GEMV_KSPLIT", "1");
+      return MoeRunner(cfg, layer.view(), gemv_options(c.tokens));
+    };
+    const MoeRunner wide = runner_with("16"), narrow = runner_with("8");
+    ASSERT_NE(wide.describe_plan(c.tokens).find("16x16"), std::string::npos) << wide.describe_plan(c.tokens);
+    const auto out = run_on_gpu(wide, hidden, logits, c.tokens);
+    std::vector<double> ref(static_cast<size_t>(c.tokens * cfg.hidden));
+    reference_moe_f64(cfg, layer.view(), hidden, logits, c.tokens, ref);
+    const ErrorStats e = compare(out, ref);
+    EXPECT_EQ(e.nan_count, 0) << "unwritten or non-finite outputs";
+    EXPECT_LE(e.rel, 1e-2) << "worst element " << e.worst;
+    EXPECT_EQ(out, run_on_gpu(narrow, hidden, logits, c.tokens)) << "16-row and 8-row batches differ";
+    EXPECT_EQ(out, run_graph_replay(wide, hidden, logits, c.tokens)) << "graph replay differs from eager";
+  }
+}
+
+// GEMM1's MXFP8 epilogue (the default of the MX backends) against the two-pass path that writes the
+// fp32 intermediate and quantises it in a second expand (whose bytes test_gpu_expand checks against
+// the CPU layout code): the same output bits. Shapes: I = 160 (5 k-blocks: padding k-blocks in the
+// swizzled scales, and a last feature group of 32), rows that fill half an m-tile or spill past one
+// (T = 37, 1000, one expert taking every token), T = 1, gpt-oss-120b's shape.
+TEST(GpuLayerVariants, MxEpilogueMatchesTheSecondExpandBitForBit) {
+  MXMOE_SKIP_WITHOUT_GPU();
+  int device = 0, major = 0, minor = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), cudaSuccess);
+  if (major * 10 + minor < 89) GTEST_SKIP() << "the emulated MX atom needs compute capability 8.9+";
+  struct Case {
+    int experts, top_k, hidden, intermediate;
+    int64_t tokens;
+    bool one_expert;
+  };
+  const Case cases[] = {{5, 3, 96, 160, 37, false},     {32, 4, 256, 192, 1000, false}, {32, 4, 256, 192, 1000, true},
+                        {8, 2, 64, 64, 1, false},        {128, 4, 2880, 2880, 64, false}};
+  for (const Case& c : cases) {
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed) + ", T = " + std::to_string(c.tokens) + ", I = " +
+                 std::to_string(c.intermediate));
+    std::mt19937_64 rng(seed);
+    const MoeConfig cfg = mxmoe::test::make_config(c.experts, c.top_k, c.hidden, c.intermediate);
+    const MoeLayerData layer = MoeLayerData::random(cfg, seed);
+    const auto hidden = random_hidden(c.tokens, cfg.hidden, rng);
+    auto logits = random_logits(c.tokens, cfg.num_experts, rng);
+    if (c.one_expert) route_every_token_to_one_expert(logits, c.tokens, cfg.num_experts);
+    const MoeRunner fused(cfg, layer.view(), gemv_options(c.tokens, Backend::MxEmulated));
+    const MoeRunner two_pass = [&] {
+      const ScopedEnv knob("MXMOE_MX_EXPAND_INTERMEDIATE", "1");
+      return MoeRunner(cfg, layer.view(), gemv_options(c.tokens, Backend::MxEmulated));
+    }();
+    ASSERT_NE(fused.describe_plan(c.tokens).find("epilogue"), std::string::npos) << fused.describe_plan(c.tokens);
+    ASSERT_NE(two_pass.describe_plan(c.tokens).find("expand before gemm2"), std::string::npos);
+    const auto out = run_on_gpu(fused, hidden, logits, c.tokens);
+    const ErrorStats e = compare(out, std::vector<double>(out.size(), 0.0));
+    EXPECT_EQ(e.nan_count, 0) << "unwritten or non-finite outputs";
+    EXPECT_EQ(out, run_on_gpu(two_pass, hidden, logits, c.tokens)) << "the epilogue and the second expand differ";
+    EXPECT_EQ(out, run_graph_replay(fused, hidden, logits, c.tokens)) << "graph replay differs from eager";
+  }
+}
+
+// MXMOE_GEMV_BATCH: a width that is not built, or the wide batch with a forced 3-stage ring (it runs
+// 2 stages only), is refused by name.
+TEST(GpuLayerErrors, RefusesGemvBatchesThatCannotRun) {
+  MXMOE_SKIP_WITHOUT_GPU();
+  const MoeConfig cfg = mxmoe::test::make_config(4, 2, 64, 64);
+  const MoeLayerData layer = MoeLayerData::random(cfg, fresh_seed());
+  {
+    const ScopedEnv batch("MXMOE_GEMV_BATCH", "32");
+    expect_error_naming([&] { MoeRunner(cfg, layer.view(), gemv_options(4)); }, "MXMOE_GEMV_BATCH");
+  }
+  if (gemv::stages_built(3)) {
+    const ScopedEnv batch("MXMOE_GEMV_BATCH", "16"), ring("MXMOE_GEMV_STAGES", "3");
+    expect_error_naming([&] { MoeRunner(cfg, layer.view(), gemv_options(4)); }, "MXMOE_GEMV_BATCH");
+  }
 }
 
 // A forced 3-stage ring that does not fit is refused by name, not left to a failing launch. K = 11264

@@ -20,6 +20,7 @@
 
 #include "cli_common.hpp"
 #include "moe/cuda_check.hpp"
+#include "kernels/gemv/gemv.hpp"
 #include "kernels/mma/mma_gemm.hpp"
 #include "moe/device_buffer.hpp"
 #include "moe/tune_table.hpp"
@@ -165,8 +166,8 @@ void progress(size_t done, size_t total, const std::string& what) {
   if (done == total) std::cerr << "\n";
 }
 
-// --tune: every batch size timed with each kernel family and tile the planner can choose (GEMV; the
-// tensor-core family with 16, 32 and 64-row tiles), the fastest kept, and the choices written as the
+// --tune: every batch size timed with each kernel family and tile the planner can choose (GEMV with
+// 8- and 16-row batches; the tensor-core family with 16, 32 and 64-row tiles), the fastest kept, and the choices written as the
 // preference table (moe/tune_table.hpp) that the runner reads from MXMOE_TUNE_FILE. Boundaries between
 // choices sit at the geometric mean of the rows per expert of the batch sizes on either side.
 void write_tune_table(const BenchOptions& o, const MoeConfig& cfg, const GpuInfo& gpu, const MoeLayerData& host,
@@ -175,10 +176,14 @@ void write_tune_table(const BenchOptions& o, const MoeConfig& cfg, const GpuInfo
   struct Candidate {
     const char* name;
     Backend backend;
-    int m_tiles;  // 0: the GEMV family
+    int m_tiles;     // 0: the GEMV family
+    int batch_rows;  // the GEMV family's batch
   };
-  const Candidate candidates[] = {{"gemv", Backend::Gemv, 0}, {"mma m16", Backend::Mma, 1},
-                                  {"mma m32", Backend::Mma, 2}, {"mma m64", Backend::Mma, 4}};
+  const Candidate candidates[] = {{"gemv", Backend::Gemv, 0, 8},
+                                  {"gemv b16", Backend::Gemv, 0, gemv::kWideBatchRows},
+                                  {"mma m16", Backend::Mma, 1, 8},
+                                  {"mma m32", Backend::Mma, 2, 8},
+                                  {"mma m64", Backend::Mma, 4, 8}};
   std::vector<int64_t> tokens;
   for (const int64_t t : o.tokens)
     if (t > 0) tokens.push_back(t);
@@ -195,10 +200,18 @@ void write_tune_table(const BenchOptions& o, const MoeConfig& cfg, const GpuInfo
   for (size_t c = 0; c < std::size(candidates); ++c) {
     if (candidates[c].m_tiles > 0 && !mma::m_tiles_supported(candidates[c].m_tiles)) continue;
     if (candidates[c].m_tiles > 0) setenv("MXMOE_MMA_MTILES", std::to_string(candidates[c].m_tiles).c_str(), 1);
+    if (candidates[c].m_tiles == 0) setenv("MXMOE_GEMV_BATCH", std::to_string(candidates[c].batch_rows).c_str(), 1);
     ropt.backend = candidates[c].backend;
     std::vector<MoeRunner> runners;
-    for (int l = 0; l < layers; ++l) runners.emplace_back(cfg, host.view(), ropt);
+    try {
+      for (int l = 0; l < layers; ++l) runners.emplace_back(cfg, host.view(), ropt);
+    } catch (const Error& e) {  // e.g. the 16-row batch does not fit this device at this shape
+      std::cout << "tune: " << candidates[c].name << " skipped: " << e.what() << "\n";
+      runners.clear();
+    }
     unsetenv("MXMOE_MMA_MTILES");
+    unsetenv("MXMOE_GEMV_BATCH");
+    if (runners.empty()) continue;
     DevBuf ws(std::max<size_t>(runners[0].workspace_bytes(), 1));
     for (size_t ti = 0; ti < tokens.size(); ++ti) {
       const double ms = time_graph(stream, o.warmup, o.iterations, [&] {
@@ -217,7 +230,7 @@ void write_tune_table(const BenchOptions& o, const MoeConfig& cfg, const GpuInfo
   table.top_k = cfg.top_k;
   table.hidden = cfg.hidden;
   table.intermediate = cfg.intermediate;
-  std::cout << "tune: us per layer (gemv, mma m16, mma m32, mma m64) -> choice\n";
+  std::cout << "tune: us per layer (gemv, gemv b16, mma m16, mma m32, mma m64) -> choice\n";
   int previous = -1;
   for (size_t ti = 0; ti < tokens.size(); ++ti) {
     int best = 0;
@@ -232,6 +245,7 @@ void write_tune_table(const BenchOptions& o, const MoeConfig& cfg, const GpuInfo
       TunePlan plan;
       plan.mma = candidates[best].m_tiles > 0;
       plan.m_tiles = plan.mma ? candidates[best].m_tiles : 4;
+      plan.batch_rows = candidates[best].batch_rows;
       table.plans.push_back(plan);
       previous = best;
     }

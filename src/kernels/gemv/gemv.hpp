@@ -1,7 +1,8 @@
 #pragma once
-// The GEMV family: W4A16 grouped GEMV over the experts that received tokens. Weights stream once
-// per 8 rows of an expert (the MMA's N); activations are read straight from the token (GEMM1) or
-// the intermediate (GEMM2), never copied by an expand step.
+// The GEMV family: W4A16 grouped GEMV over the experts that received tokens, in swap-AB form (weights
+// on the MMA's M side). Weights stream once per batch of 8 or 16 rows of an expert (the MMA's N, one
+// or two MMAs per decoded fragment); activations are read straight from the token (GEMM1) or the
+// intermediate (GEMM2), never copied by an expand step.
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -18,6 +19,7 @@ struct GemvArgs : kernels::GroupedWeights, kernels::GroupedRouting {
   int ksplit_override = 0;           // 1, 2, 4 or 8 forces the split-K (MXMOE_GEMV_KSPLIT, for tuning)
   int stages = 2;                    // weight ring stages: kDefaultStages, or MXMOE_GEMV_STAGES
   bool wide_scales = false;          // some scale byte is > 128 or 0xFF: the general multiplier path
+  int batch_rows = 8;                // rows of an expert per weight pass: 8, or kWideBatchRows (2 stages, no split-K)
   int tokens = 0;                     // T (the launchers set it)
   // Local routing (T <= kLocalRouteTokens, both GEMMs, no route kernel): the router logits [T, E]
   // fp32 and the routing order; the launchers set local_route.
@@ -58,6 +60,17 @@ inline constexpr bool stages_built(int stages) { return stages == kDefaultStages
 #else
 inline constexpr bool stages_built(int stages) { return stages == 2 || stages == 3; }
 #endif
+// The wide batch: 16 rows of an expert per pass over its weights (16 warps per block, one block per
+// SM at gpt-oss's K). Built in the full profile only.
+inline constexpr int kWideBatchRows = 16;
+#if defined(MXMOE_MINIMAL)
+inline constexpr bool batch_rows_built(int rows) { return rows == 8; }
+#else
+inline constexpr bool batch_rows_built(int rows) { return rows == 8 || rows == kWideBatchRows; }
+#endif
+// Whether the wide batch's staged rows and rings fit next to the static shared memory at K (Hopper's
+// 227 KB: yes for gpt-oss; SM120/SM121's 99 KB: no at K = 2880).
+bool wide_batch_fits(int k, size_t smem_per_block_optin, size_t static_smem);
 // Whether a ring of `stages` fits next to the static shared memory at K on a device.
 bool stages_fit(int k, int stages, size_t smem_per_block_optin, size_t static_smem);
 // Largest K the family supports (with 2 stages) on a device.

@@ -18,28 +18,38 @@ __host__ __device__ constexpr int act_bytes(int chunks, int rows_cap) {
   return (rows_cap * act_row_stride(chunks) + 127) / 128 * 128;
 }
 
-// One activation row of K elements into shared memory by `threads` threads, each group of 8
-// elements permuted to the decode pair order (3,7,2,6,1,5,0,4) and each chunk's groups ordered
-// (word, block), as mma_chunk reads them. Groups past K are zeroed (they meet zero weights; garbage
-// there could be NaN). kCoherent: the row may be written by a kernel still running (programmatic
-// dependent launch), so read it past the non-coherent path (ld.global.cg), not with __ldg.
+// The staged activation layout: each group of 8 elements (16 bytes) permuted to the decode pair
+// order (3,7,2,6,1,5,0,4), and each chunk's groups ordered (word, block), as mma_chunk reads them.
+// Groups past K are zeroed (they meet zero weights; garbage there could be NaN). kCoherent: the row
+// may be written by a kernel still running (programmatic dependent launch), so read it past the
+// non-coherent path (ld.global.cg), not with __ldg.
+template <bool kCoherent>
+__device__ __forceinline__ uint4 load_act_group(const uint16_t* src_row, int group, int k) {
+  const int k0 = group * 8;
+  const uint4* p = reinterpret_cast<const uint4*>(src_row + k0);
+  return k0 >= k ? make_uint4(0, 0, 0, 0) : kCoherent ? __ldcg(p) : __ldg(p);
+}
+__device__ __forceinline__ uint4 permute_act_group(const uint4 x) {
+  uint4 y;
+  y.x = __byte_perm(x.y, x.w, 0x7632);  // (e3, e7)
+  y.y = __byte_perm(x.y, x.w, 0x5410);  // (e2, e6)
+  y.z = __byte_perm(x.x, x.z, 0x7632);  // (e1, e5)
+  y.w = __byte_perm(x.x, x.z, 0x5410);  // (e0, e4)
+  return y;
+}
+// Byte offset of group g (= chunk*16 + block*4 + word) in a staged row: chunk*256 + (word*4 + block)*16.
+__device__ __forceinline__ int staged_group_offset(int g) {
+  const int chunk = g >> 4, block = (g >> 2) & 3, word = g & 3;
+  return chunk * (kChunkK * 2) + (word * 4 + block) * 16;
+}
+
+// One activation row of K elements into shared memory by `threads` threads.
 template <bool kCoherent>
 __device__ __forceinline__ void stage_act_row(const uint16_t* src, int k, int chunks, uint8_t* dst_row, int thread,
                                               int threads) {
   const int groups_per_row = chunks * (kChunkK / 8);
-  for (int g = thread; g < groups_per_row; g += threads) {
-    const int k0 = g * 8;
-    const uint4* p = reinterpret_cast<const uint4*>(src + k0);
-    const uint4 x = k0 >= k ? make_uint4(0, 0, 0, 0) : kCoherent ? __ldcg(p) : __ldg(p);
-    uint4 y;
-    y.x = __byte_perm(x.y, x.w, 0x7632);  // (e3, e7)
-    y.y = __byte_perm(x.y, x.w, 0x5410);  // (e2, e6)
-    y.z = __byte_perm(x.x, x.z, 0x7632);  // (e1, e5)
-    y.w = __byte_perm(x.x, x.z, 0x5410);  // (e0, e4)
-    // g = chunk*16 + block*4 + word  ->  chunk*256 B + (word*4 + block)*16 B
-    const int chunk = g >> 4, block = (g >> 2) & 3, word = g & 3;
-    *reinterpret_cast<uint4*>(dst_row + chunk * (kChunkK * 2) + (word * 4 + block) * 16) = y;
-  }
+  for (int g = thread; g < groups_per_row; g += threads)
+    *reinterpret_cast<uint4*>(dst_row + staged_group_offset(g)) = permute_act_group(load_act_group<kCoherent>(src, g, k));
 }
 
 // The bf16x2 multipliers of one e8m0 scale byte (mx_decode.cuh): m always, h only for kWideScales
@@ -62,10 +72,13 @@ __device__ __forceinline__ uint32_t apply_scale(uint32_t v, uint32_t m, uint32_t
   return v;
 }
 
-// One chunk (K = 128) of one 16-row tile (gemv_layout.hpp): 8 MMAs into two accumulator chains.
-template <bool kWideScales>
-__device__ __forceinline__ void mma_chunk(const uint4& w_lo, const uint4& w_hi, uint32_t scales, const uint8_t* b_row,
-                                          float (&acc)[2][4]) {
+// One chunk (K = 128) of one 16-row tile (gemv_layout.hpp) against kNb groups of 8 activation rows
+// (MMA N = 8 each): the weights are decoded once and feed 8 * kNb MMAs. Group n's B fragments come
+// from b_rows[n] + offset; each group accumulates into two chains (by word parity), so a column's
+// sum runs in the same order whatever kNb is: a row gets the same bits from every batch width.
+template <bool kWideScales, int kNb>
+__device__ __forceinline__ void mma_chunk(const uint4& w_lo, const uint4& w_hi, uint32_t scales,
+                                          const uint8_t* const (&b_rows)[kNb], int offset, float (&acc)[2][kNb][4]) {
   uint32_t m_lo, m_hi, h_lo, h_hi;
   scale_multipliers<kWideScales>(scales & 0xFFu, m_lo, h_lo);
   scale_multipliers<kWideScales>((scales >> 8) & 0xFFu, m_hi, h_hi);
@@ -81,9 +94,12 @@ __device__ __forceinline__ void mma_chunk(const uint4& w_lo, const uint4& w_hi, 
       lo[j] = apply_scale<kWideScales>(lo[j], m_lo, h_lo);
       hi[j] = apply_scale<kWideScales>(hi[j], m_hi, h_hi);
     }
-    const uint4 b = *reinterpret_cast<const uint4*>(b_row + w * 64);
-    kernels::mma_m16n8k16_bf16(acc[w & 1], lo[0], hi[0], lo[1], hi[1], b.x, b.y);
-    kernels::mma_m16n8k16_bf16(acc[w & 1], lo[2], hi[2], lo[3], hi[3], b.z, b.w);
+#pragma unroll
+    for (int n = 0; n < kNb; ++n) {
+      const uint4 b = *reinterpret_cast<const uint4*>(b_rows[n] + offset + w * 64);
+      kernels::mma_m16n8k16_bf16(acc[w & 1][n], lo[0], hi[0], lo[1], hi[1], b.x, b.y);
+      kernels::mma_m16n8k16_bf16(acc[w & 1][n], lo[2], hi[2], lo[3], hi[3], b.z, b.w);
+    }
   }
 }
 

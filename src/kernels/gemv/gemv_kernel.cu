@@ -1,5 +1,8 @@
-// The grouped GEMV kernel: one warp per 16-row weight tile (optionally split over K between several
-// warps), one m16n8k16 bf16 MMA per 16-wide K step with up to 8 rows of the expert on N.
+// The grouped GEMV kernel, the swap-AB form of the family: weights on the MMA's M side, one warp per
+// 16-row weight tile (optionally split over K between several warps), the expert's rows on N. A batch
+// is 8 rows (one m16n8k16 bf16 MMA per 16-wide K step; 8 warps, a 128 x 8 block tile) or 16 rows (two
+// MMAs per decoded weight fragment; 16 warps, a 256 x 16 block tile, no split-K): the 16-row batch
+// streams an expert's weights half as often once experts hold more than 8 rows.
 // Grid: x = tile groups, y = active-expert slot, z = row-batch split.
 //
 // Weights stream through a per-warp ring of shared-memory stages filled by cp.async.bulk and
@@ -26,9 +29,12 @@
 namespace mxmoe::gemv {
 namespace {
 
-constexpr int kWarps = 8;
-constexpr int kThreads = kWarps * 32;
-constexpr int kBatchRows = 8;     // MMA N
+// Batch widths: kNb groups of 8 rows (the MMA's N). 8 rows: 8 warps per block, 3 blocks per SM at
+// decode sizes; 16 rows: 16 warps per block (the staged rows take ~95 KB at K = 2880, so one block
+// per SM, and it needs 16 warps to keep as many weight bytes in flight).
+constexpr int kNarrowRows = 8;
+__host__ __device__ constexpr int warps_for(int nb) { return nb == 1 ? 8 : 16; }
+__host__ __device__ constexpr int min_blocks_for(int nb) { return nb == 1 ? 3 : 1; }
 constexpr int kStageChunks = 2;   // chunks per pipeline stage (one bulk copy of 2 KiB + 128 B)
 // Ring stages per warp, a template parameter (each count is its own kernel): 2 by default
 // (kDefaultStages), 3 when forced where it fits.
@@ -41,14 +47,33 @@ __host__ __device__ constexpr int warp_ring_bytes(int stages) { return stages * 
 // elements permuted to the decode pair order (3,7,2,6,1,5,0,4) and each chunk's groups ordered
 // (word, block). Groups past K are zeroed (they meet zero weights; garbage there could be NaN).
 // Rows past `rows` are left as they are: they feed only MMA columns that are never stored.
-template <bool kGemm1>
+// The (row, group) pairs of all rows are spread over the threads, kUnroll loads in flight per thread
+// before any is stored: one row at a time would pay a load latency per row, serially, at block start.
+// (2 for the 8-row batch, whose 80 registers spill at 4; 4 for the 16-row batch.)
+template <bool kGemm1, int kThreads, int kUnroll>
 __device__ void stage_rows(const GemvArgs& a, int first_row, int rows, const int* local_pairs, uint8_t* smem) {
   const int stride = act_row_stride(a.chunks);
-  for (int r = 0; r < rows; ++r) {
-    const int row = first_row + r;
-    // GEMM1 reads the token's row: its pair from the local routing, else from the permutation.
-    const int64_t act_row = !kGemm1 ? row : (local_pairs ? local_pairs[r] : a.row_pair[row]) / a.top_k;
-    stage_act_row<!kGemm1>(a.act + act_row * a.k, a.k, a.chunks, smem + r * stride, threadIdx.x, kThreads);
+  const int groups = a.chunks * (kChunkK / 8);
+  const int total = rows * groups;
+  for (int base = threadIdx.x; base < total; base += kThreads * kUnroll) {
+    uint4 v[kUnroll];
+    int dst[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = base + u * kThreads;
+      dst[u] = -1;
+      if (i < total) {
+        const int r = i / groups, g = i - r * groups;
+        const int row = first_row + r;
+        // GEMM1 reads the token's row: its pair from the local routing, else from the permutation.
+        const int64_t act_row = !kGemm1 ? row : (local_pairs ? local_pairs[r] : a.row_pair[row]) / a.top_k;
+        v[u] = load_act_group<!kGemm1>(a.act + act_row * a.k, g, a.k);
+        dst[u] = r * stride + staged_group_offset(g);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (dst[u] >= 0) *reinterpret_cast<uint4*>(smem + dst[u]) = permute_act_group(v[u]);
   }
 }
 
@@ -139,6 +164,7 @@ __device__ void local_routing(const GemvArgs& a, int slot, LocalRouting& r) {
 // The combine in GEMM2, by the last block of a column group to finish (blocks count themselves on
 // the group's counter after their rows are out): each token's k rows of the group's columns summed in
 // slot order in fp32, the same sums as the combine kernel (routing/combine.cu), bf16 out.
+template <int kThreads>
 __device__ void combine_columns(const GemvArgs& a, const LocalRouting* local, int tiles_per_block) {
   const int col0 = static_cast<int>(blockIdx.x) * tiles_per_block * kTileRows;
   const int quads = min(tiles_per_block * kTileRows, a.n - col0) / 4;
@@ -160,10 +186,13 @@ __device__ void combine_columns(const GemvArgs& a, const LocalRouting* local, in
   }
 }
 
-template <bool kGemm1, bool kWideScales, int kStages>
-__global__ void __launch_bounds__(kThreads, 3) gemv_kernel(const GemvArgs a, const int ksplit, const int rows_cap) {
+template <bool kGemm1, bool kWideScales, int kStages, int kNb>
+__global__ void __launch_bounds__(32 * warps_for(kNb), min_blocks_for(kNb))
+    gemv_kernel(const GemvArgs a, const int ksplit, const int rows_cap) {
+  constexpr int kWarps = warps_for(kNb), kThreads = kWarps * 32, kBatchRows = kNarrowRows * kNb;
   extern __shared__ __align__(128) uint8_t smem[];
-  __shared__ float partial[kWarps][4][32];  // split-K partial sums, reduced in a fixed order
+  // Split-K partial sums, reduced in a fixed order (the 16-row batch never splits K).
+  __shared__ float partial[kNb == 1 ? kWarps : 1][4][32];
   __shared__ uint64_t bars[kWarps][kStages];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (lane == 0)
@@ -226,17 +255,19 @@ __global__ void __launch_bounds__(kThreads, 3) gemv_kernel(const GemvArgs a, con
       a.pair_row_out[threadIdx.x] = local_route.pair_row[threadIdx.x];
   }
   if (!active) return;
-  // Lanes whose batch row is past rows_cap read row 0: their MMA column is never stored.
-  const uint8_t* b_base = smem + min(g, rows_cap - 1) * stride + q * 16;
+  // Lanes whose batch row is past rows_cap read the last staged row: their MMA column is never stored.
+  const uint8_t* b_rows[kNb];
+#pragma unroll
+  for (int n = 0; n < kNb; ++n) b_rows[n] = smem + min(kNarrowRows * n + g, rows_cap - 1) * stride + q * 16;
 
   for (int batch = blockIdx.z * kBatchRows; batch < rows; batch += gridDim.z * kBatchRows) {
     const int batch_rows = min(kBatchRows, rows - batch);
     // Later batches re-stream the tile: request their first stages before staging the rows.
     if (lane == 0 && batch != static_cast<int>(blockIdx.z) * kBatchRows)
       for (int grp = 0; grp < min(kStages, groups); ++grp) ring.issue(grp);
-    stage_rows<kGemm1>(a, row0 + batch, batch_rows, local ? local_route.row_pair + batch : nullptr, smem);
+    stage_rows<kGemm1, kThreads, kNb == 1 ? 2 : 4>(a, row0 + batch, batch_rows, local ? local_route.row_pair + batch : nullptr, smem);
     __syncthreads();
-    float chains[2][4] = {};
+    float chains[2][kNb][4] = {};
     for (int grp = 0; grp < groups; ++grp) {
       const uint32_t slot_index = (ring.seq + grp) % kStages;
       kernels::mbarrier_wait_parity(&ring.bars[slot_index], ((ring.seq + grp) / kStages) & 1u);
@@ -249,58 +280,64 @@ __global__ void __launch_bounds__(kThreads, 3) gemv_kernel(const GemvArgs a, con
         const uint4 lo = *reinterpret_cast<const uint4*>(record + lane * 16);
         const uint4 hi = *reinterpret_cast<const uint4*>(record + 512 + lane * 16);
         const uint32_t sc = *reinterpret_cast<const uint16_t*>(record + kChunkWeightBytes + lane * 2);
-        mma_chunk<kWideScales>(lo, hi, sc, b_base + (c0 + u) * kChunkK * 2, chains);
+        mma_chunk<kWideScales, kNb>(lo, hi, sc, b_rows, (c0 + u) * kChunkK * 2, chains);
       }
       __syncwarp();  // every lane has read the stage before it is refilled
       if (lane == 0 && grp + kStages < groups) ring.issue(grp + kStages);
     }
     ring.seq += groups;
-    float acc[4];
+    float acc[kNb][4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) acc[j] = chains[0][j] + chains[1][j];
-    if (ksplit > 1) {
+    for (int n = 0; n < kNb; ++n)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) partial[warp][j][lane] = acc[j];
-      __syncthreads();
-      if (split == 0) {
+      for (int j = 0; j < 4; ++j) acc[n][j] = chains[0][n][j] + chains[1][n][j];
+    if constexpr (kNb == 1) {
+      if (ksplit > 1) {
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          acc[j] = partial[warp][j][lane];
-          for (int s = 1; s < ksplit; ++s) acc[j] += partial[warp + s][j][lane];
+        for (int j = 0; j < 4; ++j) partial[warp][j][lane] = acc[0][j];
+        __syncthreads();
+        if (split == 0) {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            acc[0][j] = partial[warp][j][lane];
+            for (int s = 1; s < ksplit; ++s) acc[0][j] += partial[warp + s][j][lane];
+          }
         }
       }
     }
     if (has_tile && split == 0) {
-      // Epilogue: this lane holds rows (g, g+8) of the tile for batch rows (2q, 2q+1).
+      // Epilogue: this lane holds rows (g, g+8) of the tile for batch rows (8n + 2q, 8n + 2q + 1).
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int r = 2 * q + j;
-        if (r >= batch_rows) continue;
-        const int64_t row = row0 + batch + r;
-        if constexpr (kGemm1) {
-          const int feature = tile * 8 + g;
-          float gate = acc[j], linear = acc[2 + j];
-          if (a.bias) {
-            const uint16_t* b = a.bias + static_cast<int64_t>(expert) * a.n + 2 * feature;
-            gate += __bfloat162float(__ushort_as_bfloat16(b[0]));
-            linear += __bfloat162float(__ushort_as_bfloat16(b[1]));
+      for (int n = 0; n < kNb; ++n)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int r = kNarrowRows * n + 2 * q + j;
+          if (r >= batch_rows) continue;
+          const int64_t row = row0 + batch + r;
+          if constexpr (kGemm1) {
+            const int feature = tile * 8 + g;
+            float gate = acc[n][j], linear = acc[n][2 + j];
+            if (a.bias) {
+              const uint16_t* b = a.bias + static_cast<int64_t>(expert) * a.n + 2 * feature;
+              gate += __bfloat162float(__ushort_as_bfloat16(b[0]));
+              linear += __bfloat162float(__ushort_as_bfloat16(b[1]));
+            }
+            const float act = swiglu(gate, linear, a.alpha, a.limit);
+            static_cast<__nv_bfloat16*>(a.out)[row * (a.n / 2) + feature] = __float2bfloat16_rn(act);
+          } else {
+            const float weight =
+                local ? local_route.weights[local_route.row_pair[batch + r]] : a.pair_weights[a.row_pair[row]];
+            float* out = static_cast<float*>(a.out) + row * a.n + tile * kTileRows + g;
+            float y0 = acc[n][j], y1 = acc[n][2 + j];
+            if (a.bias) {
+              const uint16_t* b = a.bias + static_cast<int64_t>(expert) * a.n + tile * kTileRows + g;
+              y0 += __bfloat162float(__ushort_as_bfloat16(b[0]));
+              y1 += __bfloat162float(__ushort_as_bfloat16(b[8]));
+            }
+            out[0] = y0 * weight;
+            out[8] = y1 * weight;
           }
-          const float act = swiglu(gate, linear, a.alpha, a.limit);
-          static_cast<__nv_bfloat16*>(a.out)[row * (a.n / 2) + feature] = __float2bfloat16_rn(act);
-        } else {
-          const float weight =
-              local ? local_route.weights[local_route.row_pair[batch + r]] : a.pair_weights[a.row_pair[row]];
-          float* out = static_cast<float*>(a.out) + row * a.n + tile * kTileRows + g;
-          float y0 = acc[j], y1 = acc[2 + j];
-          if (a.bias) {
-            const uint16_t* b = a.bias + static_cast<int64_t>(expert) * a.n + tile * kTileRows + g;
-            y0 += __bfloat162float(__ushort_as_bfloat16(b[0]));
-            y1 += __bfloat162float(__ushort_as_bfloat16(b[8]));
-          }
-          out[0] = y0 * weight;
-          out[8] = y1 * weight;
         }
-      }
     }
     __syncthreads();  // the staged rows and partial sums are reused by the next batch
   }
@@ -318,7 +355,7 @@ __global__ void __launch_bounds__(kThreads, 3) gemv_kernel(const GemvArgs a, con
     }
     __syncthreads();
     if (!last_of_group) return;
-    combine_columns(a, local ? &local_route : nullptr, tiles_per_block);
+    combine_columns<kThreads>(a, local ? &local_route : nullptr, tiles_per_block);
   }
 }
 
@@ -326,10 +363,11 @@ __global__ void __launch_bounds__(kThreads, 3) gemv_kernel(const GemvArgs a, con
 // sizes the busiest SM's bytes, not total bandwidth, set the time. Cost of a split = blocks on the
 // busiest SM x (weight bytes per block + a fixed per-block cost for staging and the reduction).
 // Once the blocks at ksplit 1 fill every SM's resident slots (3 blocks each), splitting only adds
-// reduction work: measured on an H200 (docs/perf-log.md), ksplit 1 then wins.
+// reduction work: measured on an H200 (docs/perf-log.md), ksplit 1 then wins. (8-row batches only.)
 int choose_ksplit(int tiles, int chunks, int max_active, int sm_count) {
+  constexpr int kWarps = warps_for(1);
   constexpr int64_t kBlockOverheadBytes = 8192;
-  constexpr int kResidentBlocksPerSm = 3;  // __launch_bounds__(kThreads, 3)
+  constexpr int kResidentBlocksPerSm = min_blocks_for(1);
   if (static_cast<int64_t>((tiles + kWarps - 1) / kWarps) * max_active >= int64_t{kResidentBlocksPerSm} * sm_count) return 1;
   int best = 1;
   int64_t best_cost = INT64_MAX;
@@ -346,49 +384,62 @@ int choose_ksplit(int tiles, int chunks, int max_active, int sm_count) {
   return best;
 }
 
-int rows_cap_for(int64_t tokens) { return static_cast<int>(std::min<int64_t>(kBatchRows, tokens)); }
+int nb_of(int batch_rows) { return batch_rows / kNarrowRows; }
 
-size_t smem_for(int k, int rows_cap, int stages) {
+size_t smem_for(int k, int rows_cap, int stages, int nb) {
   const int chunks = (k / 32 + kChunkBlocks - 1) / kChunkBlocks;
-  return static_cast<size_t>(act_bytes(chunks, rows_cap)) + kWarps * warp_ring_bytes(stages);
+  return static_cast<size_t>(act_bytes(chunks, rows_cap)) + warps_for(nb) * warp_ring_bytes(stages);
 }
 
 template <bool kGemm1>
 void launch(const GemvArgs& a, int64_t tokens, int max_active, cudaStream_t stream) {
   if (tokens == 0 || max_active == 0) return;
-  const int ksplit = ksplit_for(a, max_active);
-  const int tiles_per_block = kWarps / ksplit;
+  MXMOE_REQUIRE(batch_rows_built(a.batch_rows), "gemv: batch_rows ", a.batch_rows, " is not built in this profile");
+  MXMOE_REQUIRE(a.batch_rows == kNarrowRows || a.stages == kMinStages, "gemv: 16-row batches run with ",
+                kMinStages, " ring stages only, got ", a.stages);
+  const int nb = nb_of(a.batch_rows);
+  const int ksplit = nb == 1 ? ksplit_for(a, max_active) : 1;
+  const int tiles_per_block = warps_for(nb) / ksplit;
   // An expert has at most `tokens` rows (top-k experts are distinct), so smaller batches need less
   // shared memory for the staged rows, and more blocks fit per SM.
-  const int rows_cap = rows_cap_for(tokens);
+  const int rows_cap = static_cast<int>(std::min<int64_t>(a.batch_rows, tokens));
   const int64_t pairs = tokens * a.top_k;
-  const int64_t batches = (pairs + kBatchRows * max_active - 1) / (kBatchRows * max_active);
+  const int64_t batches = (pairs + int64_t{a.batch_rows} * max_active - 1) / (int64_t{a.batch_rows} * max_active);
   const dim3 grid((a.tiles + tiles_per_block - 1) / tiles_per_block, static_cast<unsigned>(max_active),
                   static_cast<unsigned>(std::clamp<int64_t>(batches, 1, 64)));
-  const size_t smem = smem_for(a.k, rows_cap, a.stages);
-  const dim3 block(kThreads);
+  const size_t smem = smem_for(a.k, rows_cap, a.stages, nb);
+  const dim3 block(32 * warps_for(nb));
   auto go = [&](auto kernel) { kernels::launch_with_pdl(kernel, grid, block, smem, stream, a, ksplit, rows_cap); };
 #if !defined(MXMOE_MINIMAL)
+  if (nb == 2) {
+    a.wide_scales ? go(gemv_kernel<kGemm1, true, kMinStages, 2>) : go(gemv_kernel<kGemm1, false, kMinStages, 2>);
+    return;
+  }
   if (a.stages == kMaxStages) {
-    a.wide_scales ? go(gemv_kernel<kGemm1, true, kMaxStages>) : go(gemv_kernel<kGemm1, false, kMaxStages>);
+    a.wide_scales ? go(gemv_kernel<kGemm1, true, kMaxStages, 1>) : go(gemv_kernel<kGemm1, false, kMaxStages, 1>);
     return;
   }
 #endif
-  a.wide_scales ? go(gemv_kernel<kGemm1, true, kMinStages>) : go(gemv_kernel<kGemm1, false, kMinStages>);
+  a.wide_scales ? go(gemv_kernel<kGemm1, true, kMinStages, 1>) : go(gemv_kernel<kGemm1, false, kMinStages, 1>);
 }
 
 }  // namespace
 
-size_t smem_bytes(int k, int stages) { return smem_for(k, kBatchRows, stages); }
+size_t smem_bytes(int k, int stages) { return smem_for(k, kNarrowRows, stages, 1); }
 
 bool stages_fit(int k, int stages, size_t smem_per_block_optin, size_t static_smem) {
   return smem_bytes(k, stages) + static_smem <= smem_per_block_optin;
 }
 
+bool wide_batch_fits(int k, size_t smem_per_block_optin, size_t static_smem) {
+  return batch_rows_built(kWideBatchRows) &&
+         smem_for(k, kWideBatchRows, kMinStages, 2) + static_smem <= smem_per_block_optin;
+}
+
 int max_k(size_t smem_per_block_optin, size_t static_smem) {
   const int64_t room = static_cast<int64_t>(smem_per_block_optin) - static_cast<int64_t>(static_smem) -
-                       kWarps * warp_ring_bytes(kMinStages) - 128;
-  const int64_t chunks = (room / kBatchRows - 64) / (kChunkK * 2);
+                       warps_for(1) * warp_ring_bytes(kMinStages) - 128;
+  const int64_t chunks = (room / kNarrowRows - 64) / (kChunkK * 2);
   return static_cast<int>(std::max<int64_t>(chunks, 0) * kChunkK);
 }
 
@@ -396,15 +447,19 @@ namespace {
 template <class F>
 void for_each_variant(F&& f) {
 #if !defined(MXMOE_MINIMAL)
-  f(gemv_kernel<true, false, kMaxStages>);
-  f(gemv_kernel<true, true, kMaxStages>);
-  f(gemv_kernel<false, false, kMaxStages>);
-  f(gemv_kernel<false, true, kMaxStages>);
+  f(gemv_kernel<true, false, kMaxStages, 1>);
+  f(gemv_kernel<true, true, kMaxStages, 1>);
+  f(gemv_kernel<false, false, kMaxStages, 1>);
+  f(gemv_kernel<false, true, kMaxStages, 1>);
+  f(gemv_kernel<true, false, kMinStages, 2>);
+  f(gemv_kernel<true, true, kMinStages, 2>);
+  f(gemv_kernel<false, false, kMinStages, 2>);
+  f(gemv_kernel<false, true, kMinStages, 2>);
 #endif
-  f(gemv_kernel<true, false, kMinStages>);
-  f(gemv_kernel<true, true, kMinStages>);
-  f(gemv_kernel<false, false, kMinStages>);
-  f(gemv_kernel<false, true, kMinStages>);
+  f(gemv_kernel<true, false, kMinStages, 1>);
+  f(gemv_kernel<true, true, kMinStages, 1>);
+  f(gemv_kernel<false, false, kMinStages, 1>);
+  f(gemv_kernel<false, true, kMinStages, 1>);
 }
 }  // namespace
 

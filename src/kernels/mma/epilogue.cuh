@@ -20,6 +20,10 @@ struct EpilogueArgs {
   const float* pair_weights;
   void* out;             // GEMM1: bf16 [rows, I]; GEMM2: fp32 [rows, H]
   float alpha, limit;
+  // GEMM1's fp32 output somewhere else (the MXFP8 epilogue's tile in shared memory): element
+  // (row, feature f) at out + row * pitch + f - feature0. pitch 0: the intermediate's (n / 2).
+  int64_t pitch = 0;
+  int feature0 = 0;
 };
 
 // GEMM1: bias + clamped SwiGLU -> bf16 intermediate (fp32 with kF32Intermediate: the MX path
@@ -54,7 +58,8 @@ __device__ __forceinline__ void store_rows(const EpilogueArgs& a, const float (&
           }
           const float act0 = gemv::swiglu(gate0, lin0, a.alpha, a.limit), act1 = gemv::swiglu(gate1, lin1, a.alpha, a.limit);
           if constexpr (kF32Intermediate)
-            *reinterpret_cast<float2*>(static_cast<float*>(a.out) + row * (a.n / 2) + f) = make_float2(act0, act1);
+            *reinterpret_cast<float2*>(static_cast<float*>(a.out) + row * (a.pitch ? a.pitch : a.n / 2) + f -
+                                       a.feature0) = make_float2(act0, act1);
           else
             *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(a.out) + row * (a.n / 2) + f) =
                 __floats2bfloat162_rn(act0, act1);

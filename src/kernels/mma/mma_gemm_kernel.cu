@@ -205,8 +205,9 @@ int m_tiles_for(double rows_per_expert) {
 #endif
   // Measured on an H200 (bench --tune, gpt-oss-120b): the 32-row tile beats the 64-row one even at
   // 128 rows per expert (T = 4096: 4.71 vs 5.09 ms), whose one block per SM hides less latency.
-  // The 64-row tile stays for tune tables and MXMOE_MMA_MTILES.
-  return rows_per_expert <= 16 ? 1 : 2;
+  // The 64-row tile stays for tune tables and MXMOE_MMA_MTILES. The 16-row tile wins up to 12 rows
+  // per expert (T = 384: 920 vs 1014 us), the 32-row one from 16 (T = 512: 1024 vs 1053 us).
+  return rows_per_expert < 14 ? 1 : 2;
 }
 
 bool m_tiles_supported(int m_tiles) {

@@ -18,6 +18,12 @@ struct MxArgs : kernels::GroupedWeights, kernels::GroupedRouting {
   const uint8_t* codes = nullptr;    // expand: [padded rows, K] e4m3
   const uint8_t* scales = nullptr;   // expand: swizzled e8m0
   void* out = nullptr;               // GEMM1: fp32 [rows, I] (the expand quantises it); GEMM2: fp32 [rows, H]
+  // GEMM1 only, when set: the MXFP8 epilogue. GEMM1 quantises its SwiGLU output itself and writes
+  // GEMM2's input in the expand's layout (codes [padded rows, I], swizzled scales; padding rows and
+  // k-blocks included), bit for bit what expanding the fp32 intermediate would give; `out` is unused.
+  uint8_t* out_codes = nullptr;
+  uint8_t* out_scales = nullptr;
+  bool floor_rule = false;           // the epilogue's scale rule: FLOOR, else RCEIL
 };
 
 size_t mx_smem_bytes();

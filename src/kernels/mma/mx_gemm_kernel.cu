@@ -7,11 +7,14 @@
 // the 128-row group and the 16 weight records. One MMA per MX block: lane (g, t) reads word t of block
 // b of its weight row straight from the record (any lane may read any word in shared memory), and
 // bytes 8t..8t+7 of block b of its activation rows (mx_fragments.cuh has the slot order).
+// GEMM1 with the MXFP8 epilogue (kMxOut) puts its 64 x 128 SwiGLU outputs in shared memory and
+// quantises them there, one thread per (row, 32-feature block): GEMM2's input without an expand pass.
 #include <cuda_bf16.h>
 
 #include <algorithm>
 
 #include "kernels/common/cp_async.cuh"
+#include "kernels/common/mxfp8_quant.cuh"
 #include "kernels/common/pdl_launch.cuh"
 #include "kernels/gemv/gemv_layout.hpp"
 #include "kernels/mma/chunk_pipeline.cuh"
@@ -46,7 +49,47 @@ __device__ __forceinline__ int scale_index(int half, int l, int b) {
   return (r % 32) * 16 + (r / 32) * 4 + b;
 }
 
-template <bool kGemm1, class Atom>
+// The MXFP8 epilogue's fp32 tile: 64 rows of the block's 128 features, padded so that the 8 rows
+// read by a quarter-warp start in different banks.
+constexpr int kOutFeatures = kTilesPerBlock * 8;
+constexpr int kOutPitch = kOutFeatures + 4;
+static_assert(kBlockM * kOutPitch * 4 <= kStages * kStageBytes, "the epilogue tile reuses the stages");
+
+// Quantises the tile (rows [0, rows) real, the rest padding) into GEMM2's input: codes and swizzled
+// scales of padded rows padded0.., features f0..f0+127 of I; the block of the last feature group
+// also zeroes the padding k-blocks' scales.
+__device__ void quantise_out_tile(const MxArgs& a, const float* tile_out, int64_t padded0, int rows, int f0) {
+  const int inter = a.n / 2, kblocks = inter / 32;
+  const int padded_kb = static_cast<int>(padded_kblocks(kblocks));
+  for (int i = threadIdx.x; i < kBlockM * (kOutFeatures / 32); i += kThreads) {
+    // Thread -> (row r, block jb), rows fastest: a quarter-warp reads 8 rows of one block.
+    const int r = i % kBlockM, jb = i / kBlockM;
+    const int kb = f0 / 32 + jb;
+    if (kb >= kblocks) continue;
+    const int64_t prow = padded0 + r;
+    uint32_t out[8] = {};
+    uint32_t byte = 0;
+    if (r < rows) {
+      float x[32];
+      const float4* src = reinterpret_cast<const float4*>(tile_out + r * kOutPitch + 32 * jb);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float4 v = src[j];
+        x[4 * j] = v.x, x[4 * j + 1] = v.y, x[4 * j + 2] = v.z, x[4 * j + 3] = v.w;
+      }
+      byte = kernels::quantise_mxfp8_block(x, a.floor_rule, out);
+    }
+    uint4* codes = reinterpret_cast<uint4*>(a.out_codes + prow * inter + kb * 32);
+    codes[0] = make_uint4(out[0], out[1], out[2], out[3]);
+    codes[1] = make_uint4(out[4], out[5], out[6], out[7]);
+    a.out_scales[swizzled_scale_offset(prow, kb, kblocks)] = static_cast<uint8_t>(byte);
+  }
+  if (blockIdx.y == gridDim.y - 1)
+    for (int i = threadIdx.x; i < kBlockM * (padded_kb - kblocks); i += kThreads)
+      a.out_scales[swizzled_scale_offset(padded0 + i % kBlockM, kblocks + i / kBlockM, kblocks)] = 0;
+}
+
+template <bool kGemm1, class Atom, bool kMxOut = false>
 __global__ void __launch_bounds__(kThreads, 1) mx_gemm_kernel(const MxArgs a) {
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ routing::MTile tile;
@@ -135,6 +178,15 @@ __global__ void __launch_bounds__(kThreads, 1) mx_gemm_kernel(const MxArgs a) {
       }
     }
   });
+  if constexpr (kGemm1 && kMxOut) {
+    // Every warp is past the K loop's last barrier: the stages' shared memory is free for the tile.
+    float* tile_out = reinterpret_cast<float*>(smem);
+    EpilogueArgs e{a.bias, a.n, a.row_pair, a.pair_weights, tile_out, a.alpha, a.limit, kOutPitch, tile0 * 8};
+    if (warp_active) store_rows<true, kMTiles, true>(e, acc, expert, 0, rows, tile0 + wt, g, t);
+    __syncthreads();
+    quantise_out_tile(a, tile_out, padded0, rows, tile0 * 8);
+    return;
+  }
   if (!warp_active) return;
   store_rows<kGemm1, kMTiles, true>(EpilogueArgs{a.bias, a.n, a.row_pair, a.pair_weights, a.out, a.alpha, a.limit},
                                     acc, expert, tile.row0 + kBlockM * half, rows, tile0 + wt, g, t);
@@ -143,8 +195,10 @@ __global__ void __launch_bounds__(kThreads, 1) mx_gemm_kernel(const MxArgs a) {
 template <class F>
 void for_each_variant(F&& f) {
   f(mx_gemm_kernel<true, MxEmulatedAtom>);
+  f(mx_gemm_kernel<true, MxEmulatedAtom, true>);
   f(mx_gemm_kernel<false, MxEmulatedAtom>);
   f(mx_gemm_kernel<true, MxNativeAtom>);
+  f(mx_gemm_kernel<true, MxNativeAtom, true>);
   f(mx_gemm_kernel<false, MxNativeAtom>);
 }
 
@@ -155,10 +209,17 @@ void launch(MxAtom atom, const MxArgs& a, int64_t tokens, int max_active, cudaSt
   MXMOE_REQUIRE(halves < (int64_t{1} << 31), "mx: too many rows (", tokens * a.top_k, ")");
   const dim3 grid(static_cast<unsigned>(halves), static_cast<unsigned>((a.tiles + kTilesPerBlock - 1) / kTilesPerBlock));
   const size_t smem = mx_smem_bytes();
-  if (atom == MxAtom::Native)
-    kernels::launch_with_pdl(mx_gemm_kernel<kGemm1, MxNativeAtom>, grid, dim3(kThreads), smem, stream, a);
-  else
-    kernels::launch_with_pdl(mx_gemm_kernel<kGemm1, MxEmulatedAtom>, grid, dim3(kThreads), smem, stream, a);
+  auto go = [&](auto kernel) { kernels::launch_with_pdl(kernel, grid, dim3(kThreads), smem, stream, a); };
+  const bool mx_out = kGemm1 && a.out_codes != nullptr;
+  MXMOE_REQUIRE(!mx_out || (a.out_scales != nullptr && a.n % 64 == 0),
+                "mx: the MXFP8 epilogue needs out_scales and I a multiple of 32, got I = ", a.n / 2);
+  if constexpr (kGemm1) {
+    if (mx_out) {
+      atom == MxAtom::Native ? go(mx_gemm_kernel<true, MxNativeAtom, true>) : go(mx_gemm_kernel<true, MxEmulatedAtom, true>);
+      return;
+    }
+  }
+  atom == MxAtom::Native ? go(mx_gemm_kernel<kGemm1, MxNativeAtom>) : go(mx_gemm_kernel<kGemm1, MxEmulatedAtom>);
 }
 
 }  // namespace
