@@ -314,7 +314,8 @@ class GpuBackend final : public BackendImpl {
 
   // The GEMV batch: forced (MXMOE_GEMV_BATCH), else the tune table's, else 16 rows from
   // kWideBatchMinRows rows per expert on (below, most experts fit one 8-row pass and the wide batch
-  // would only add MMAs and staging), where it fits.
+  // would only add MMAs and staging: 120b T = 128, 4 rows: 554 vs 625 us; T = 192, 6 rows: 656 vs
+  // 647), where it fits.
   static constexpr double kWideBatchMinRows = 6.0;
   int batch_rows_for(int64_t tokens) const {
     if (batch_override_ > 0) return batch_override_;
@@ -328,10 +329,10 @@ class GpuBackend final : public BackendImpl {
 
   // The tensor-core family when forced, or (Auto) from kMmaMinRows rows per expert on: below, the
   // GEMV family streams each weight once per 8 or 16 rows cheaply enough; above, the tensor-core
-  // tile decodes each weight once per 32 rows. Measured on an H200 (bench --tune, gpt-oss-120b,
-  // docs/perf-log.md): the 16-row GEMV batch wins at 8 and 12 rows per expert, the 32-row tensor-core
-  // tile at 16.
-  static constexpr double kMmaMinRows = 14.0;
+  // tile decodes each weight once per 32 rows. Measured on an H200 (bench --tune, docs/perf-log.md):
+  // the 16-row GEMV batch wins up to 16 rows per expert (gpt-oss-120b T = 512: 971 vs 1026 us;
+  // gpt-oss-20b T = 128: 272 vs 290 us), the 32-row tensor-core tile from 24 (20b T = 192: 296 vs 352).
+  static constexpr double kMmaMinRows = 20.0;
   bool uses_mma(int64_t tokens) const {
     if (mode_ == Backend::Mma) return true;
     if (mode_ != Backend::Auto || !mma_ok_) return false;

@@ -216,14 +216,14 @@ TEST(GpuLayerSequence, BackToBackForwardsOnOneWorkspace) {
   const MoeConfig cfg = mxmoe::test::make_config(32, 4, 512, 384);
   const MoeLayerData layer = MoeLayerData::random(cfg, seed);
   // Auto switches plans inside the sequence: T = 37 takes the 8-row GEMV batch, T = 64 (8 rows per
-  // expert) the 16-row one, T = 128 (16 rows per expert) the tensor-core family.
-  const MoeRunner runner(cfg, layer.view(), gemv_options(128, Backend::Auto));
+  // expert) the 16-row one, T = 192 (24 rows per expert) the tensor-core family.
+  const MoeRunner runner(cfg, layer.view(), gemv_options(192, Backend::Auto));
   ASSERT_NE(runner.describe_plan(64), runner.describe_plan(37));
-  ASSERT_NE(runner.describe_plan(128).find("mma"), std::string::npos) << runner.describe_plan(128);
+  ASSERT_NE(runner.describe_plan(192).find("mma"), std::string::npos) << runner.describe_plan(192);
   DeviceBuffer ws(runner.workspace_bytes());
   cudaStream_t stream;
   MXMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  const int64_t sequence[] = {2, 37, 1, 128, 5, 64, 2, 9};
+  const int64_t sequence[] = {2, 37, 1, 192, 5, 64, 2, 9};
   struct Step {
     int64_t tokens;
     std::vector<uint16_t> hidden;
