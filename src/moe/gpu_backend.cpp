@@ -157,10 +157,21 @@ class GpuBackend final : public BackendImpl {
     MXMOE_REQUIRE(mma_ok_ || mode != Backend::Mma, "backend: 'mma' needs ", mma::smem_bytes(4),
                   " bytes of shared memory per block; this device allows ", smem_optin);
     if (mma_ok_) mma::configure(static_cast<size_t>(smem_optin));
-    // Tuning knob: force the tensor-core tile (m16 tiles per block), e.g. for bench --tune.
-    mtiles_override_ = env_choice("MXMOE_MMA_MTILES", {1, 2, 4});
+    // The 128-row tile (Hopper only) where it is built and fits.
+    {
+      int major = 0;
+      MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+      wide_tile_ok_ = mma_ok_ && mma::m_tiles_supported(mma::kWideMTiles) &&
+                      mma::wide_fits(major, static_cast<size_t>(smem_optin));
+      if (wide_tile_ok_) mma::configure_wide();
+    }
+    // Tuning knob: force the tensor-core tile (m16 tiles per block; 8: the 128-row tile), e.g. for bench --tune.
+    mtiles_override_ = env_choice("MXMOE_MMA_MTILES", {1, 2, 4, mma::kWideMTiles});
     MXMOE_REQUIRE(mtiles_override_ == 0 || mma::m_tiles_supported(mtiles_override_), "MXMOE_MMA_MTILES: ",
                   mtiles_override_, " is not built in this (minimal) profile");
+    MXMOE_REQUIRE(mtiles_override_ != mma::kWideMTiles || wide_tile_ok_, "MXMOE_MMA_MTILES: the 128-row tile needs ",
+                  "a Hopper GPU (compute capability 9.x) with ", mma::wide_smem_bytes(),
+                  " bytes of shared memory per block");
     // The measured preference table (bench --tune), when MXMOE_TUNE_FILE names one for this device
     // and shape; a table for another device or shape is ignored, a malformed one is an Error.
     if (const char* path = std::getenv("MXMOE_TUNE_FILE"); path != nullptr && *path != '\0') {
@@ -270,8 +281,10 @@ class GpuBackend final : public BackendImpl {
              (mx_expand_intermediate_ ? "fp32 intermediate + MXFP8 expand before gemm2" : "MXFP8 epilogue in gemm1");
     if (uses_mma(tokens)) {
       const int m_tiles = m_tiles_for(tokens);
-      return "mma bf16 " + std::to_string(mma::block_m(m_tiles)) + "x" + std::to_string(mma::kBlockN) +
-             "x128 tiles, both gemms" + (tune_ ? " (tune table)" : "");
+      const bool wide = m_tiles == mma::kWideMTiles;
+      return "mma bf16 " + std::to_string(mma::block_m(m_tiles)) + "x" +
+             std::to_string(wide ? mma::kWideBlockN : mma::kBlockN) + "x128 tiles" +
+             (wide ? " (weights decoded to shared memory)" : "") + ", both gemms" + (tune_ ? " (tune table)" : "");
     }
     if (tokens > 0 && tokens <= decode_tokens_)
       return "fused decode (route + gemm1 + swiglu + gemm2 per 32-feature unit, " + std::to_string(grid()) +
@@ -345,7 +358,8 @@ class GpuBackend final : public BackendImpl {
     if (mtiles_override_ > 0) return mtiles_override_;
     if (tune_) {
       const TunePlan& p = tune_->plan_for(rows_per_expert(tokens));
-      if (p.mma && mma::m_tiles_supported(p.m_tiles)) return p.m_tiles;
+      if (p.mma && mma::m_tiles_supported(p.m_tiles) && (p.m_tiles != mma::kWideMTiles || wide_tile_ok_))
+        return p.m_tiles;
     }
     return mma::m_tiles_for(rows_per_expert(tokens));
   }
@@ -530,6 +544,7 @@ class GpuBackend final : public BackendImpl {
   bool mx_expand_intermediate_ = false;  // MXMOE_MX_EXPAND_INTERMEDIATE: a second expand, not GEMM1's epilogue
   int fused_combine_tokens_ = gemv::kDefaultFusedCombineTokens;
   int mtiles_override_ = 0;
+  bool wide_tile_ok_ = false;  // the 128-row tensor-core tile is built and fits this device
   std::optional<TuneTable> tune_;
 };
 

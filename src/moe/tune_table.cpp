@@ -65,8 +65,8 @@ TuneTable parse_tune_table(const std::string& json_text, const std::string& sour
     plan.mma = family == "mma";
     if (plan.mma) {
       plan.m_tiles = field(p, "m_tiles", 0, where.c_str());
-      MXMOE_REQUIRE(plan.m_tiles == 1 || plan.m_tiles == 2 || plan.m_tiles == 4, source, ": ", where,
-                    ".m_tiles must be 1, 2 or 4, got ", plan.m_tiles);
+      MXMOE_REQUIRE(plan.m_tiles == 1 || plan.m_tiles == 2 || plan.m_tiles == 4 || plan.m_tiles == 8, source, ": ",
+                    where, ".m_tiles must be 1, 2, 4 or 8, got ", plan.m_tiles);
     } else if (p.contains("batch_rows")) {
       plan.batch_rows = field(p, "batch_rows", 0, where.c_str());
       MXMOE_REQUIRE(plan.batch_rows == 8 || plan.batch_rows == 16, source, ": ", where,

@@ -20,7 +20,7 @@ namespace mxmoe {
 struct TunePlan {
   double max_rows_per_expert = 0;  // this plan serves rows per expert <= this (the last: any)
   bool mma = false;                // the tensor-core family, else the GEMV family
-  int m_tiles = 4;                 // tensor-core m16 tiles per block: 1, 2 or 4
+  int m_tiles = 4;                 // tensor-core m16 tiles per block: 1, 2 or 4, or 8 (the 128-row tile)
   int batch_rows = 8;              // GEMV rows per weight pass: 8 or 16 (absent in a table: 8)
 };
 

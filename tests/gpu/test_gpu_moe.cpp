@@ -7,11 +7,13 @@
 #include <cstdlib>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <cstring>
 #include <tuple>
 
 #include "gpu/gpu_test_support.hpp"
 #include "kernels/gemv/gemv.hpp"
+#include "kernels/mma/mma_gemm.hpp"
 
 namespace mxmoe::test {
 namespace {
@@ -368,6 +370,60 @@ TEST(GpuLayerVariants, MxEpilogueMatchesTheSecondExpandBitForBit) {
     EXPECT_EQ(e.nan_count, 0) << "unwritten or non-finite outputs";
     EXPECT_EQ(out, run_on_gpu(two_pass, hidden, logits, c.tokens)) << "the epilogue and the second expand differ";
     EXPECT_EQ(out, run_graph_replay(fused, hidden, logits, c.tokens)) << "graph replay differs from eager";
+  }
+}
+
+// Every tensor-core tile (MXMOE_MMA_MTILES: 16, 32, 64 rows with the decode in registers, 128 rows
+// with the weights decoded to shared memory where it runs) against the reference: several m-tiles
+// per expert (T = 1000, one expert taking every token), fewer rows than a tile, K not a multiple of
+// 128, wide scales, a last weight group of fewer tiles than a block, gpt-oss's K.
+TEST(GpuLayerVariants, EveryTensorCoreTileMatchesReference) {
+  MXMOE_SKIP_WITHOUT_GPU();
+  struct Case {
+    int experts, top_k, hidden, intermediate;
+    int64_t tokens;
+    bool one_expert, wide_scales;
+  };
+  const Case cases[] = {{32, 4, 256, 192, 1000, false, false}, {32, 4, 256, 192, 1000, true, false},
+                        {8, 2, 64, 64, 3, false, false},       {5, 3, 96, 160, 37, false, false},
+                        {16, 4, 384, 256, 300, false, true},   {8, 4, 2880, 2880, 80, false, false}};
+  for (const int m_tiles : {1, 2, 4, mma::kWideMTiles}) {
+    if (!mma::m_tiles_supported(m_tiles)) continue;
+    for (const Case& c : cases) {
+      const uint64_t seed = fresh_seed();
+      SCOPED_TRACE("MXMOE_MMA_MTILES=" + std::to_string(m_tiles) + ", seed " + std::to_string(seed) + ", T = " +
+                   std::to_string(c.tokens) + ", H = " + std::to_string(c.hidden) + ", I = " +
+                   std::to_string(c.intermediate));
+      std::mt19937_64 rng(seed);
+      const MoeConfig cfg = mxmoe::test::make_config(c.experts, c.top_k, c.hidden, c.intermediate);
+      MoeLayerData layer = MoeLayerData::random(cfg, seed);
+      if (c.wide_scales) lift_some_scales(layer);
+      const auto hidden = random_hidden(c.tokens, cfg.hidden, rng);
+      auto logits = random_logits(c.tokens, cfg.num_experts, rng);
+      if (c.one_expert) route_every_token_to_one_expert(logits, c.tokens, cfg.num_experts);
+      std::optional<MoeRunner> runner;
+      try {
+        const ScopedEnv knob("MXMOE_MMA_MTILES", std::to_string(m_tiles).c_str());
+        runner.emplace(cfg, layer.view(), gemv_options(c.tokens, Backend::Mma));
+      } catch (const Error& e) {
+        // Only the 128-row tile may be refused, and only off Hopper.
+        ASSERT_EQ(m_tiles, mma::kWideMTiles) << e.what();
+        int device = 0, major = 0;
+        ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+        ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
+        ASSERT_NE(major, 9) << e.what();
+        break;
+      }
+      ASSERT_NE(runner->describe_plan(c.tokens).find(std::to_string(mma::block_m(m_tiles)) + "x"), std::string::npos)
+          << runner->describe_plan(c.tokens);
+      const auto out = run_on_gpu(*runner, hidden, logits, c.tokens);
+      std::vector<double> ref(static_cast<size_t>(c.tokens * cfg.hidden));
+      reference_moe_f64(cfg, layer.view(), hidden, logits, c.tokens, ref);
+      const ErrorStats e = compare(out, ref);
+      EXPECT_EQ(e.nan_count, 0) << "unwritten or non-finite outputs";
+      EXPECT_LE(e.rel, 1e-2) << "worst element " << e.worst;
+      EXPECT_EQ(out, run_graph_replay(*runner, hidden, logits, c.tokens)) << "graph replay differs from eager";
+    }
   }
 }
 

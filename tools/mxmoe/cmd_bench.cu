@@ -167,7 +167,7 @@ void progress(size_t done, size_t total, const std::string& what) {
 }
 
 // --tune: every batch size timed with each kernel family and tile the planner can choose (GEMV with
-// 8- and 16-row batches; the tensor-core family with 16, 32 and 64-row tiles), the fastest kept, and the choices written as the
+// 8- and 16-row batches; the tensor-core family with 16, 32, 64 and 128-row tiles), the fastest kept, and the choices written as the
 // preference table (moe/tune_table.hpp) that the runner reads from MXMOE_TUNE_FILE. Boundaries between
 // choices sit at the geometric mean of the rows per expert of the batch sizes on either side.
 void write_tune_table(const BenchOptions& o, const MoeConfig& cfg, const GpuInfo& gpu, const MoeLayerData& host,
@@ -183,7 +183,8 @@ void write_tune_table(const BenchOptions& o, const MoeConfig& cfg, const GpuInfo
                                   {"gemv b16", Backend::Gemv, 0, gemv::kWideBatchRows},
                                   {"mma m16", Backend::Mma, 1, 8},
                                   {"mma m32", Backend::Mma, 2, 8},
-                                  {"mma m64", Backend::Mma, 4, 8}};
+                                  {"mma m64", Backend::Mma, 4, 8},
+                                  {"mma m128", Backend::Mma, mma::kWideMTiles, 8}};
   std::vector<int64_t> tokens;
   for (const int64_t t : o.tokens)
     if (t > 0) tokens.push_back(t);
@@ -230,7 +231,7 @@ void write_tune_table(const BenchOptions& o, const MoeConfig& cfg, const GpuInfo
   table.top_k = cfg.top_k;
   table.hidden = cfg.hidden;
   table.intermediate = cfg.intermediate;
-  std::cout << "tune: us per layer (gemv, gemv b16, mma m16, mma m32, mma m64) -> choice\n";
+  std::cout << "tune: us per layer (gemv, gemv b16, mma m16, mma m32, mma m64, mma m128) -> choice\n";
   int previous = -1;
   for (size_t ti = 0; ti < tokens.size(); ++ti) {
     int best = 0;

@@ -24,14 +24,25 @@ struct MmaArgs : kernels::GroupedWeights, kernels::GroupedRouting {
 };
 
 inline constexpr int kBlockN = 256;      // weight rows per block (8 warps x 32)
-inline constexpr int kMaxMTiles = 4;     // m16 tiles per block, at most: kBlockM = 16 * m_tiles <= 64
+inline constexpr int kMaxMTiles = 4;     // m16 tiles per block of the register-decode tiles: kBlockM <= 64
 __host__ __device__ constexpr int block_m(int m_tiles) { return 16 * m_tiles; }
+// The 128-row tile (wide_gemm_kernel.cu): 128 rows x 128 weight rows, each chunk's weights decoded
+// once per block into shared memory. Hopper only (113 KB of shared memory).
+inline constexpr int kWideMTiles = 8;
+inline constexpr int kWideBlockN = 128;
 
 // The m16 tiles per block (1, 2 or 4) for experts of about `rows_per_expert` rows: the fewest padded
 // rows first, then the larger tile.
 int m_tiles_for(double rows_per_expert);
 // Whether this build has the tile (the minimal profile has only 4).
 bool m_tiles_supported(int m_tiles);
+// The 128-row tile: its shared memory, whether it runs on a device (compute capability major 9 and
+// the shared memory), its shared-memory setting, and its launches (launch_gemm1/2 dispatch to them).
+size_t wide_smem_bytes();
+bool wide_fits(int cc_major, size_t smem_per_block_optin);
+void configure_wide();
+template <bool kGemm1>
+void launch_wide(const MmaArgs& args, int64_t tokens, int max_active, cudaStream_t stream);
 
 // Dynamic shared memory of one block (its pipeline stages of activations and weights), and whether it fits.
 size_t smem_bytes(int m_tiles);

@@ -174,7 +174,12 @@ void launch(const MmaArgs& a, int64_t tokens, int max_active, int m_tiles, cudaS
 #if defined(MXMOE_MINIMAL)
   MXMOE_REQUIRE(m_tiles == 4, "mma: the minimal profile has only m_tiles 4, got ", m_tiles);
 #else
-  MXMOE_REQUIRE(m_tiles == 1 || m_tiles == 2 || m_tiles == 4, "mma: m_tiles must be 1, 2 or 4, got ", m_tiles);
+  MXMOE_REQUIRE(m_tiles == 1 || m_tiles == 2 || m_tiles == 4 || m_tiles == kWideMTiles,
+                "mma: m_tiles must be 1, 2, 4 or 8, got ", m_tiles);
+  if (m_tiles == kWideMTiles) {
+    launch_wide<kGemm1>(a, tokens, max_active, stream);
+    return;
+  }
 #endif
   const int64_t pairs = tokens * a.top_k;
   const int64_t m_blocks = routing::m_tiles_bound(pairs, max_active, block_m(m_tiles));
@@ -214,7 +219,7 @@ bool m_tiles_supported(int m_tiles) {
 #if defined(MXMOE_MINIMAL)
   return m_tiles == 4;
 #else
-  return m_tiles == 1 || m_tiles == 2 || m_tiles == 4;
+  return m_tiles == 1 || m_tiles == 2 || m_tiles == 4 || m_tiles == kWideMTiles;
 #endif
 }
 
