@@ -8,13 +8,9 @@
 // both operands are 256 bytes, their 16-byte units swizzled by the row (swizzled()), so every
 // ldmatrix phase and every cp.async lands in 8 different bank quads.
 //
-// One barrier per chunk: while the MMAs of chunk c read decoded buffer c % 2, every warp decodes its
-// record of chunk c + 1 into the other buffer, one word per 16-wide K step between the MMAs, so the
-// decode's integer work overlaps the tensor cores (3-stage ring: chunk c + 1's records have landed
-// when chunk c is computed). Shared memory: 3 stages x (32 KB of activations + 8.5 KB of weight
-// records) + 2 x 32 KB of decoded weights = 185.5 KB: one block per SM on Hopper. SM120/SM121 allow
-// 99 KB per block, so the tile is not built for them (the planner only offers it where wide_fits()
-// holds).
+// Shared memory: 2 stages x (32 KB of activations + 8.5 KB of weight records) + 32 KB of decoded
+// weights = 113 KB: one block per SM on Hopper. SM120/SM121 allow 99 KB per block, so the tile is
+// not built for them (the planner only offers it where wide_fits() holds).
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -23,6 +19,7 @@
 #include "kernels/common/pdl_launch.cuh"
 #include "kernels/gemv/gemv_layout.hpp"
 #include "kernels/mma/bf16_atom.cuh"
+#include "kernels/mma/chunk_pipeline.cuh"
 #include "kernels/mma/epilogue.cuh"
 #include "kernels/mma/ldmatrix.cuh"
 #include "kernels/mma/mma_gemm.hpp"
@@ -42,9 +39,9 @@ constexpr int kRowBytes = gemv::kChunkK * 2;                  // one chunk of bf
 constexpr int kActBytes = kBM * kRowBytes;                    // 32 KB
 constexpr int kWeightBytes = kTiles * gemv::kChunkBytes;      // 8.5 KB
 constexpr int kStageBytes = kActBytes + kWeightBytes;
-constexpr int kStages = 3;
+constexpr int kStages = 2;
 constexpr int kDecodedBytes = kBN * kRowBytes;                // 32 KB
-constexpr int kSmemBytes = kStages * kStageBytes + 2 * kDecodedBytes;
+constexpr int kSmemBytes = kStages * kStageBytes + kDecodedBytes;
 
 // Byte offset of 16-byte unit u (0..15) of row r: unit u ^ (r % 8), so the 8 rows of an ldmatrix
 // phase (same u) sit in 8 different bank quads.
@@ -96,67 +93,34 @@ __global__ void __launch_bounds__(kThreads, 1) wide_gemm_kernel(const MmaArgs a)
   };
 
   const int wm = warp >> 2, wn = warp & 3;  // rows [64 wm, +64), weight tiles 2 wn, 2 wn + 1
-  // Warps without rows or weight tiles skip the MMAs but decode and keep to the block's barriers.
+  // Warps without rows or weight tiles skip the MMAs but keep to the block's barriers.
   const bool warp_active = tile0 + 2 * wn < a.tiles && tile.rows > 64 * wm;
-  const bool warp_decodes = tile0 + warp < a.tiles;
   float acc[4][2][2][4] = {};  // [m16 tile][weight tile][half: rows 0-7 / 8-15][fragment]
 
-  // Warp w decodes record w (tile tile0 + w) of a stage: lane (g, t) holds block t of rows g and g+8
-  // of the tile (gemv_layout.hpp); its word j of half h is K unit 4t + j of row g + 8h. The words are
-  // read at once, decoded one per step.
-  struct Record {
-    uint32_t words[2][4];
-    typename Atom::Scale scales[2];
-  };
-  auto read_record = [&](int stage, Record& r) {
-    const uint8_t* record = smem + stage * kStageBytes + kActBytes + warp * gemv::kChunkBytes;
-    const uint4 lo = *reinterpret_cast<const uint4*>(record + lane * 16);
-    const uint4 hi = *reinterpret_cast<const uint4*>(record + 512 + lane * 16);
-    const uint32_t sc = *reinterpret_cast<const uint16_t*>(record + gemv::kChunkWeightBytes + lane * 2);
-    r.words[0][0] = lo.x, r.words[0][1] = lo.y, r.words[0][2] = lo.z, r.words[0][3] = lo.w;
-    r.words[1][0] = hi.x, r.words[1][1] = hi.y, r.words[1][2] = hi.z, r.words[1][3] = hi.w;
-    r.scales[0] = Atom::scale(sc & 0xFFu);
-    r.scales[1] = Atom::scale(sc >> 8);
-  };
-  auto decode_word = [&](const Record& r, int h, int j, uint8_t* buffer) {
-    uint32_t p[4];
-    Atom::decode(r.words[h][j], r.scales[h], p);
-    *reinterpret_cast<uint4*>(buffer + swizzled(16 * warp + g + 8 * h, 4 * t + j)) = natural_order(p);
-  };
-
-  // The ring by hand (not chunk_pipeline.cuh): one barrier per chunk, and the decode of the next
-  // chunk inside this chunk's MMA loop.
-  const int chunks = a.chunks;
+  run_chunk_pipeline<kStages>(a.chunks, load_stage, [&](int stage) {
+    const uint8_t* act = smem + stage * kStageBytes;
+    // Warp w decodes record w (tile tile0 + w): lane (g, t) holds block t of rows g and g+8 of the
+    // tile (gemv_layout.hpp), its word j is K units 4t + j of those rows.
+    if (tile0 + warp < a.tiles) {
+      const uint8_t* record = act + kActBytes + warp * gemv::kChunkBytes;
+      const uint4 lo = *reinterpret_cast<const uint4*>(record + lane * 16);
+      const uint4 hi = *reinterpret_cast<const uint4*>(record + 512 + lane * 16);
+      const uint32_t sc = *reinterpret_cast<const uint16_t*>(record + gemv::kChunkWeightBytes + lane * 2);
+      const typename Atom::Scale scales[2] = {Atom::scale(sc & 0xFFu), Atom::scale(sc >> 8)};
+      const uint32_t words[2][4] = {{lo.x, lo.y, lo.z, lo.w}, {hi.x, hi.y, hi.z, hi.w}};
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < chunks) load_stage(s, s);
-    kernels::cp_async_commit();
-  }
-  kernels::cp_async_wait<kStages - 2>();  // chunk 0
-  __syncthreads();
-  if (warp_decodes) {
-    Record r;
-    read_record(0, r);
+      for (int h = 0; h < 2; ++h)
 #pragma unroll
-    for (int i = 0; i < 8; ++i) decode_word(r, i >> 2, i & 3, decoded);
-  }
-  for (int c = 0; c < chunks; ++c) {
-    // Chunk c + 1 has landed; every warp has decoded chunk c and finished the MMAs of chunk c - 1, so
-    // its stage and decoded buffer are free for chunk c + 2's load and chunk c + 1's decode.
-    kernels::cp_async_wait<0>();
+        for (int j = 0; j < 4; ++j) {
+          uint32_t p[4];
+          Atom::decode(words[h][j], scales[h], p);
+          *reinterpret_cast<uint4*>(decoded + swizzled(16 * warp + g + 8 * h, 4 * t + j)) = natural_order(p);
+        }
+    }
     __syncthreads();
-    if (c + kStages - 1 < chunks) load_stage((c + kStages - 1) % kStages, c + kStages - 1);
-    kernels::cp_async_commit();
-    const bool decode_next = warp_decodes && c + 1 < chunks;
-    Record r;
-    if (decode_next) read_record((c + 1) % kStages, r);
-    uint8_t* next_buffer = decoded + ((c + 1) & 1) * kDecodedBytes;
-    const uint8_t* act = smem + (c % kStages) * kStageBytes;
-    const uint8_t* w = decoded + (c & 1) * kDecodedBytes;
-#pragma unroll
+    if (!warp_active) return;
+#pragma unroll 2
     for (int s = 0; s < gemv::kChunkK / 16; ++s) {
-      if (decode_next) decode_word(r, s >> 2, s & 3, next_buffer);
-      if (!warp_active) continue;
       uint32_t af[4][4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
@@ -167,7 +131,7 @@ __global__ void __launch_bounds__(kThreads, 1) wide_gemm_kernel(const MmaArgs a)
 #pragma unroll
       for (int q = 0; q < 2; ++q) {
         const int n = 32 * wn + 16 * q + (lane & 7) + 8 * (lane >> 4);
-        kernels::ldmatrix_x4(w + swizzled(n, 2 * s + ((lane >> 3) & 1)), bf[q][0][0], bf[q][0][1], bf[q][1][0],
+        kernels::ldmatrix_x4(decoded + swizzled(n, 2 * s + ((lane >> 3) & 1)), bf[q][0][0], bf[q][0][1], bf[q][1][0],
                              bf[q][1][1]);
       }
 #pragma unroll
@@ -178,7 +142,7 @@ __global__ void __launch_bounds__(kThreads, 1) wide_gemm_kernel(const MmaArgs a)
           for (int h = 0; h < 2; ++h)
             Atom::mma(acc[i][q][h], af[i][0], af[i][1], af[i][2], af[i][3], bf[q][h][0], bf[q][h][1]);
     }
-  }
+  });
   if (!warp_active) return;
   store_rows<kGemm1, 4>(EpilogueArgs{a.bias, a.n, a.row_pair, a.pair_weights, a.out, a.alpha, a.limit}, acc, expert,
                         tile.row0 + 64 * wm, tile.rows - 64 * wm, tile0 + 2 * wn, g, t);
