@@ -285,47 +285,67 @@ TEST(GpuLayerVariants, RingStagesAndSplitKMatchReference) {
     }
 }
 
+// The shapes of the kernel-variant tests: several passes or m-tiles per expert (T = 1000 on 32
+// experts, and one expert taking every token), fewer rows than a batch or tile (T = 3), K not a
+// multiple of 128, wide scales, gpt-oss's K with 40 rows per expert.
+struct VariantCase {
+  int experts, top_k, hidden, intermediate;
+  int64_t tokens;
+  bool one_expert, wide_scales;
+};
+constexpr VariantCase kVariantCases[] = {{32, 4, 256, 192, 1000, false, false}, {32, 4, 256, 192, 1000, true, false},
+                                         {8, 2, 64, 64, 3, false, false},       {5, 3, 96, 160, 37, false, false},
+                                         {16, 4, 384, 256, 300, false, true},   {8, 4, 2880, 2880, 80, false, false}};
+
+// A fresh random layer and inputs for a case, and its fp64 reference output.
+struct VariantInputs {
+  MoeConfig cfg;
+  MoeLayerData layer;
+  std::vector<uint16_t> hidden;
+  std::vector<float> logits;
+  std::vector<double> reference() const {
+    std::vector<double> ref(hidden.size());
+    reference_moe_f64(cfg, layer.view(), hidden, logits, static_cast<int64_t>(logits.size()) / cfg.num_experts, ref);
+    return ref;
+  }
+};
+VariantInputs make_variant_inputs(const VariantCase& c, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  VariantInputs in{mxmoe::test::make_config(c.experts, c.top_k, c.hidden, c.intermediate), {}, {}, {}};
+  in.layer = MoeLayerData::random(in.cfg, seed);
+  if (c.wide_scales) lift_some_scales(in.layer);
+  in.hidden = random_hidden(c.tokens, in.cfg.hidden, rng);
+  in.logits = random_logits(c.tokens, in.cfg.num_experts, rng);
+  if (c.one_expert) route_every_token_to_one_expert(in.logits, c.tokens, in.cfg.num_experts);
+  return in;
+}
+std::string describe(const VariantCase& c, uint64_t seed) {
+  return "seed " + std::to_string(seed) + ", T = " + std::to_string(c.tokens) + ", H = " + std::to_string(c.hidden) +
+         ", I = " + std::to_string(c.intermediate);
+}
+
 // The GEMV family's 16-row batch (two MMAs per decoded weight fragment, 16 warps per block) against
 // the reference, and bit for bit against the 8-row batch without split-K: a column's sum runs in the
-// same order in both. Shapes: several 16-row passes per expert (T = 1000 on 32 experts, and one expert taking every
-// token), fewer rows than a batch (T = 3), K not a multiple of 128, wide scales, gpt-oss's K with
-// about 32 rows per expert.
+// same order in both.
 TEST(GpuLayerVariants, WideBatchMatchesReferenceAndNarrowBatchBits) {
   MXMOE_SKIP_WITHOUT_GPU();
-  struct Case {
-    int experts, top_k, hidden, intermediate;
-    int64_t tokens;
-    bool one_expert, wide_scales;
-  };
-  const Case cases[] = {{32, 4, 256, 192, 1000, false, false}, {32, 4, 256, 192, 1000, true, false},
-                        {8, 2, 64, 64, 3, false, false},       {5, 3, 96, 160, 37, false, false},
-                        {16, 4, 384, 256, 300, false, true},   {8, 4, 2880, 2880, 64, false, false}};
-  for (const Case& c : cases) {
+  for (const VariantCase& c : kVariantCases) {
     const uint64_t seed = fresh_seed();
-    SCOPED_TRACE("seed " + std::to_string(seed) + ", T = " + std::to_string(c.tokens) + ", H = " +
-                 std::to_string(c.hidden) + ", I = " + std::to_string(c.intermediate));
-    std::mt19937_64 rng(seed);
-    const MoeConfig cfg = mxmoe::test::make_config(c.experts, c.top_k, c.hidden, c.intermediate);
-    MoeLayerData layer = MoeLayerData::random(cfg, seed);
-    if (c.wide_scales) lift_some_scales(layer);
-    const auto hidden = random_hidden(c.tokens, cfg.hidden, rng);
-    auto logits = random_logits(c.tokens, cfg.num_experts, rng);
-    if (c.one_expert) route_every_token_to_one_expert(logits, c.tokens, cfg.num_experts);
+    SCOPED_TRACE(describe(c, seed));
+    const VariantInputs in = make_variant_inputs(c, seed);
     // The 8-row batch without split-K (a split sums K in another order; the 16-row batch never splits).
     auto runner_with = [&](const char* batch) {
       const ScopedEnv knob("MXMOE_GEMV_BATCH", batch), split("MXMOE_GEMV_KSPLIT", "1");
-      return MoeRunner(cfg, layer.view(), gemv_options(c.tokens));
+      return MoeRunner(in.cfg, in.layer.view(), gemv_options(c.tokens));
     };
     const MoeRunner wide = runner_with("16"), narrow = runner_with("8");
     ASSERT_NE(wide.describe_plan(c.tokens).find("16x16"), std::string::npos) << wide.describe_plan(c.tokens);
-    const auto out = run_on_gpu(wide, hidden, logits, c.tokens);
-    std::vector<double> ref(static_cast<size_t>(c.tokens * cfg.hidden));
-    reference_moe_f64(cfg, layer.view(), hidden, logits, c.tokens, ref);
-    const ErrorStats e = compare(out, ref);
+    const auto out = run_on_gpu(wide, in.hidden, in.logits, c.tokens);
+    const ErrorStats e = compare(out, in.reference());
     EXPECT_EQ(e.nan_count, 0) << "unwritten or non-finite outputs";
     EXPECT_LE(e.rel, 1e-2) << "worst element " << e.worst;
-    EXPECT_EQ(out, run_on_gpu(narrow, hidden, logits, c.tokens)) << "16-row and 8-row batches differ";
-    EXPECT_EQ(out, run_graph_replay(wide, hidden, logits, c.tokens)) << "graph replay differs from eager";
+    EXPECT_EQ(out, run_on_gpu(narrow, in.hidden, in.logits, c.tokens)) << "16-row and 8-row batches differ";
+    EXPECT_EQ(out, run_graph_replay(wide, in.hidden, in.logits, c.tokens)) << "graph replay differs from eager";
   }
 }
 
@@ -374,37 +394,19 @@ TEST(GpuLayerVariants, MxEpilogueMatchesTheSecondExpandBitForBit) {
 }
 
 // Every tensor-core tile (MXMOE_MMA_MTILES: 16, 32, 64 rows with the decode in registers, 128 rows
-// with the weights decoded to shared memory where it runs) against the reference: several m-tiles
-// per expert (T = 1000, one expert taking every token), fewer rows than a tile, K not a multiple of
-// 128, wide scales, a last weight group of fewer tiles than a block, gpt-oss's K.
+// with the weights decoded to shared memory where it runs) against the reference.
 TEST(GpuLayerVariants, EveryTensorCoreTileMatchesReference) {
   MXMOE_SKIP_WITHOUT_GPU();
-  struct Case {
-    int experts, top_k, hidden, intermediate;
-    int64_t tokens;
-    bool one_expert, wide_scales;
-  };
-  const Case cases[] = {{32, 4, 256, 192, 1000, false, false}, {32, 4, 256, 192, 1000, true, false},
-                        {8, 2, 64, 64, 3, false, false},       {5, 3, 96, 160, 37, false, false},
-                        {16, 4, 384, 256, 300, false, true},   {8, 4, 2880, 2880, 80, false, false}};
   for (const int m_tiles : {1, 2, 4, mma::kWideMTiles}) {
     if (!mma::m_tiles_supported(m_tiles)) continue;
-    for (const Case& c : cases) {
+    for (const VariantCase& c : kVariantCases) {
       const uint64_t seed = fresh_seed();
-      SCOPED_TRACE("MXMOE_MMA_MTILES=" + std::to_string(m_tiles) + ", seed " + std::to_string(seed) + ", T = " +
-                   std::to_string(c.tokens) + ", H = " + std::to_string(c.hidden) + ", I = " +
-                   std::to_string(c.intermediate));
-      std::mt19937_64 rng(seed);
-      const MoeConfig cfg = mxmoe::test::make_config(c.experts, c.top_k, c.hidden, c.intermediate);
-      MoeLayerData layer = MoeLayerData::random(cfg, seed);
-      if (c.wide_scales) lift_some_scales(layer);
-      const auto hidden = random_hidden(c.tokens, cfg.hidden, rng);
-      auto logits = random_logits(c.tokens, cfg.num_experts, rng);
-      if (c.one_expert) route_every_token_to_one_expert(logits, c.tokens, cfg.num_experts);
+      SCOPED_TRACE("MXMOE_MMA_MTILES=" + std::to_string(m_tiles) + ", " + describe(c, seed));
+      const VariantInputs in = make_variant_inputs(c, seed);
       std::optional<MoeRunner> runner;
       try {
         const ScopedEnv knob("MXMOE_MMA_MTILES", std::to_string(m_tiles).c_str());
-        runner.emplace(cfg, layer.view(), gemv_options(c.tokens, Backend::Mma));
+        runner.emplace(in.cfg, in.layer.view(), gemv_options(c.tokens, Backend::Mma));
       } catch (const Error& e) {
         // Only the 128-row tile may be refused, and only off Hopper.
         ASSERT_EQ(m_tiles, mma::kWideMTiles) << e.what();
@@ -416,13 +418,11 @@ TEST(GpuLayerVariants, EveryTensorCoreTileMatchesReference) {
       }
       ASSERT_NE(runner->describe_plan(c.tokens).find(std::to_string(mma::block_m(m_tiles)) + "x"), std::string::npos)
           << runner->describe_plan(c.tokens);
-      const auto out = run_on_gpu(*runner, hidden, logits, c.tokens);
-      std::vector<double> ref(static_cast<size_t>(c.tokens * cfg.hidden));
-      reference_moe_f64(cfg, layer.view(), hidden, logits, c.tokens, ref);
-      const ErrorStats e = compare(out, ref);
+      const auto out = run_on_gpu(*runner, in.hidden, in.logits, c.tokens);
+      const ErrorStats e = compare(out, in.reference());
       EXPECT_EQ(e.nan_count, 0) << "unwritten or non-finite outputs";
       EXPECT_LE(e.rel, 1e-2) << "worst element " << e.worst;
-      EXPECT_EQ(out, run_graph_replay(*runner, hidden, logits, c.tokens)) << "graph replay differs from eager";
+      EXPECT_EQ(out, run_graph_replay(*runner, in.hidden, in.logits, c.tokens)) << "graph replay differs from eager";
     }
   }
 }

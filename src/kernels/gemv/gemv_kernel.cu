@@ -20,6 +20,7 @@
 #include "kernels/common/mma_bf16.cuh"
 #include "kernels/common/mx_decode.cuh"
 #include "kernels/common/pdl_launch.cuh"
+#include "kernels/common/static_smem.hpp"
 #include "kernels/gemv/gemv.hpp"
 #include "kernels/gemv/gemv_device.cuh"
 #include "kernels/gemv/gemv_layout.hpp"
@@ -464,13 +465,7 @@ void for_each_variant(F&& f) {
 }  // namespace
 
 size_t static_smem_bytes() {
-  size_t most = 0;
-  for_each_variant([&](auto kernel) {
-    cudaFuncAttributes attr{};
-    MXMOE_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-    most = std::max(most, attr.sharedSizeBytes);
-  });
-  return most;
+  return kernels::max_static_smem([](auto f) { for_each_variant(f); });
 }
 
 // Every variant may use all the dynamic shared memory the device allows next to its static part: one

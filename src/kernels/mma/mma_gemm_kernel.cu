@@ -21,6 +21,7 @@
 #include "kernels/mma/bf16_atom.cuh"
 #include "kernels/mma/chunk_pipeline.cuh"
 #include "kernels/mma/epilogue.cuh"
+#include "kernels/mma/m_tile_rows.cuh"
 #include "kernels/mma/mma_gemm.hpp"
 #include "kernels/mma/weight_stage.cuh"
 #include "moe/cuda_check.hpp"
@@ -69,32 +70,18 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kMTiles>) mma_gemm_kernel
   __shared__ int64_t src_row[kBlockM];  // element offset of each row's activations; -1: padding row
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
-  // Programmatic dependent launch: the routing and the activations come from the predecessors.
-  cudaGridDependencySynchronize();
-  cudaTriggerProgrammaticLaunchCompletion();
-  routing::find_m_tile<kBlockM>(static_cast<int>(blockIdx.x), a.active_experts, a.active_count, a.expert_offsets, tile);
-  __syncthreads();
-  if (tile.expert < 0) return;
+  if (!begin_m_tile<kBlockM, kGemm1>(a, tile, src_row)) return;
   const int expert = tile.expert;
-  if (threadIdx.x < kBlockM) {
-    const int r = threadIdx.x, row = tile.row0 + r;
-    src_row[r] = r >= tile.rows ? -1 : static_cast<int64_t>(kGemm1 ? a.row_pair[row] / a.top_k : row) * a.k;
-  }
-  __syncthreads();
   const int tile0 = static_cast<int>(blockIdx.y) * kTilesPerBlock;
   const uint8_t* weights = a.weights + expert * a.expert_stride;
 
   auto load_stage = [&](int stage, int c) {
     uint8_t* act = smem + stage * stage_bytes(kMTiles);
     uint8_t* wst = act + act_stage_bytes(kMTiles);
-    for (int i = threadIdx.x; i < kBlockM * 16; i += kThreads) {
-      const int r = i >> 4, gr = i & 15;  // gr = block * 4 + word
-      const int kk = c * gemv::kChunkK + gr * 8;
-      const int64_t src = src_row[r];
-      const bool valid = src >= 0 && kk < a.k;  // padding rows and K past the end read as zeros
-      kernels::cp_async_16(act + r * kRowBytes + granule_slot(gr >> 2, gr & 3) * 16, a.act + (valid ? src + kk : 0),
-                           valid);
-    }
+    // gr = block * 4 + word
+    load_act_chunk<kBlockM, kThreads>(a, src_row, c, [&](int r, int gr) {
+      return act + r * kRowBytes + granule_slot(gr >> 2, gr & 3) * 16;
+    });
     load_weight_records<kTilesPerBlock, kThreads>(wst, weights, tile0, a.tiles, a.chunks, c);
   };
 

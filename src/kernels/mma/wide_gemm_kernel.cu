@@ -17,11 +17,13 @@
 
 #include "kernels/common/cp_async.cuh"
 #include "kernels/common/pdl_launch.cuh"
+#include "kernels/common/static_smem.hpp"
 #include "kernels/gemv/gemv_layout.hpp"
 #include "kernels/mma/bf16_atom.cuh"
 #include "kernels/mma/chunk_pipeline.cuh"
 #include "kernels/mma/epilogue.cuh"
 #include "kernels/mma/ldmatrix.cuh"
+#include "kernels/mma/m_tile_rows.cuh"
 #include "kernels/mma/mma_gemm.hpp"
 #include "kernels/mma/weight_stage.cuh"
 #include "moe/cuda_check.hpp"
@@ -64,31 +66,15 @@ __global__ void __launch_bounds__(kThreads, 1) wide_gemm_kernel(const MmaArgs a)
   __shared__ int64_t src_row[kBM];  // element offset of each row's activations; -1: padding row
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
-  // Programmatic dependent launch: the routing and the activations come from the predecessors.
-  cudaGridDependencySynchronize();
-  cudaTriggerProgrammaticLaunchCompletion();
-  routing::find_m_tile<kBM>(static_cast<int>(blockIdx.x), a.active_experts, a.active_count, a.expert_offsets, tile);
-  __syncthreads();
-  if (tile.expert < 0) return;
+  if (!begin_m_tile<kBM, kGemm1>(a, tile, src_row)) return;
   const int expert = tile.expert;
-  if (threadIdx.x < kBM) {
-    const int r = threadIdx.x, row = tile.row0 + r;
-    src_row[r] = r >= tile.rows ? -1 : static_cast<int64_t>(kGemm1 ? a.row_pair[row] / a.top_k : row) * a.k;
-  }
-  __syncthreads();
   const int tile0 = static_cast<int>(blockIdx.y) * kTiles;
   const uint8_t* weights = a.weights + expert * a.expert_stride;
   uint8_t* decoded = smem + kStages * kStageBytes;
 
   auto load_stage = [&](int stage, int c) {
     uint8_t* act = smem + stage * kStageBytes;
-    for (int i = threadIdx.x; i < kBM * 16; i += kThreads) {
-      const int r = i >> 4, u = i & 15;
-      const int kk = c * gemv::kChunkK + u * 8;
-      const int64_t src = src_row[r];
-      const bool valid = src >= 0 && kk < a.k;  // padding rows and K past the end read as zeros
-      kernels::cp_async_16(act + swizzled(r, u), a.act + (valid ? src + kk : 0), valid);
-    }
+    load_act_chunk<kBM, kThreads>(a, src_row, c, [&](int r, int u) { return act + swizzled(r, u); });
     load_weight_records<kTiles, kThreads>(act + kActBytes, weights, tile0, a.tiles, a.chunks, c);
   };
 
@@ -157,22 +143,13 @@ void for_each_variant(F&& f) {
   f(wide_gemm_kernel<false, true>);
 }
 
-size_t static_smem() {
-  size_t most = 0;
-  for_each_variant([&](auto kernel) {
-    cudaFuncAttributes attr{};
-    MXMOE_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-    most = std::max(most, attr.sharedSizeBytes);
-  });
-  return most;
-}
-
 }  // namespace
 
 size_t wide_smem_bytes() { return kSmemBytes; }
 
 bool wide_fits(int cc_major, size_t smem_per_block_optin) {
-  return cc_major == 9 && kSmemBytes + static_smem() <= smem_per_block_optin;
+  return cc_major == 9 &&
+         kSmemBytes + kernels::max_static_smem([](auto f) { for_each_variant(f); }) <= smem_per_block_optin;
 }
 
 void configure_wide() {

@@ -1,0 +1,45 @@
+#pragma once
+// The start of a Bf16Atom tensor-core block (mma_gemm_kernel.cu, wide_gemm_kernel.cu): wait for the
+// predecessors (programmatic dependent launch: the routing and the activations come from them), find
+// the block's m-tile, and the element offset of each of its rows' activations (GEMM1: the token's
+// row; GEMM2: the row itself; -1 for padding rows). False (the whole block) when x is past the last
+// m-tile. Every thread of the block must call it.
+#include <cstdint>
+
+#include "kernels/common/cp_async.cuh"
+#include "kernels/gemv/gemv_layout.hpp"
+#include "kernels/mma/mma_gemm.hpp"
+#include "routing/m_tiles.cuh"
+
+namespace mxmoe::mma {
+
+template <int kBlockM, bool kGemm1>
+__device__ __forceinline__ bool begin_m_tile(const MmaArgs& a, routing::MTile& tile, int64_t (&src_row)[kBlockM]) {
+  cudaGridDependencySynchronize();
+  cudaTriggerProgrammaticLaunchCompletion();
+  routing::find_m_tile<kBlockM>(static_cast<int>(blockIdx.x), a.active_experts, a.active_count, a.expert_offsets, tile);
+  __syncthreads();
+  if (tile.expert < 0) return false;
+  if (threadIdx.x < kBlockM) {
+    const int r = threadIdx.x, row = tile.row0 + r;
+    src_row[r] = r >= tile.rows ? -1 : static_cast<int64_t>(kGemm1 ? a.row_pair[row] / a.top_k : row) * a.k;
+  }
+  __syncthreads();
+  return true;
+}
+
+// Chunk c of the m-tile's activations (16 groups of 8 bf16 per row) by cp.async, group gr of row r to
+// place(r, gr) in shared memory. Padding rows and K past the end read as zeros.
+template <int kBlockM, int kThreads, class Place>
+__device__ __forceinline__ void load_act_chunk(const MmaArgs& a, const int64_t (&src_row)[kBlockM], int c,
+                                               Place&& place) {
+  for (int i = threadIdx.x; i < kBlockM * 16; i += kThreads) {
+    const int r = i >> 4, gr = i & 15;
+    const int kk = c * gemv::kChunkK + gr * 8;
+    const int64_t src = src_row[r];
+    const bool valid = src >= 0 && kk < a.k;
+    kernels::cp_async_16(place(r, gr), a.act + (valid ? src + kk : 0), valid);
+  }
+}
+
+}  // namespace mxmoe::mma
