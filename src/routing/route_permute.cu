@@ -135,17 +135,9 @@ __global__ void __launch_bounds__(kMaxThreads) route_permute_kernel(RouteArgs a)
   rank_pairs(a, offsets, running, warp_counts);
 }
 
-// Clears the multi-block route's histogram and ticket. A kernel, not a memset node, so that the
-// forward stays one chain of programmatic dependent launches (docs/gpu-pipeline.md).
-__global__ void __launch_bounds__(256) clear_counts_kernel(int32_t* counts) {
-  cudaGridDependencySynchronize();
-  cudaTriggerProgrammaticLaunchCompletion();
-  for (int i = threadIdx.x; i < kMaxExperts + 1; i += blockDim.x) counts[i] = 0;
-}
-
 // Larger T: one warp per token over many blocks, a global histogram, and the last block to finish
-// (a ticket counter) does the scan and the ranks. global_counts and the ticket start at zero
-// (clear_counts_kernel, just before in the same stream).
+// (a ticket counter) does the scan and the ranks. global_counts and the ticket start at zero (the
+// launcher clears them in the same stream).
 __global__ void __launch_bounds__(kMaxThreads) route_permute_multiblock_kernel(RouteArgs a) {
   __shared__ int counts[kMaxExperts];
   __shared__ int offsets[kMaxExperts + 1];
@@ -154,9 +146,6 @@ __global__ void __launch_bounds__(kMaxThreads) route_permute_multiblock_kernel(R
   __shared__ bool last;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int t = blockIdx.x * (blockDim.x / 32) + warp;
-  // Programmatic dependent launch: the counters are cleared by the predecessor.
-  cudaGridDependencySynchronize();
-  cudaTriggerProgrammaticLaunchCompletion();
   if (t < a.tokens) route_token(a, t, lane, a.out.global_counts);
   __threadfence();
   __syncthreads();
@@ -188,10 +177,11 @@ void route_and_permute(const MoeConfig& config, const float* logits, int64_t tok
     kernels::launch_with_pdl(route_permute_kernel, dim3(1), dim3(threads), 0, stream, a);
     return;
   }
-  kernels::launch_with_pdl(clear_counts_kernel, dim3(1), dim3(256), 0, stream, buffers.global_counts);
+  MXMOE_CUDA_CHECK(cudaMemsetAsync(buffers.global_counts, 0, (kMaxExperts + 1) * sizeof(int32_t), stream));
   const int tokens_per_block = kMaxThreads / 32;
   const auto blocks = static_cast<unsigned>((tokens + tokens_per_block - 1) / tokens_per_block);
-  kernels::launch_with_pdl(route_permute_multiblock_kernel, dim3(blocks), dim3(kMaxThreads), 0, stream, a);
+  route_permute_multiblock_kernel<<<blocks, kMaxThreads, 0, stream>>>(a);
+  MXMOE_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace mxmoe::routing
