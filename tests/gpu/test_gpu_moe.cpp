@@ -129,6 +129,41 @@ TEST(GpuLayerDeterminism, EagerTwiceAndGraphReplayAgree) {
   }
 }
 
+// One test shape: a fresh random layer, its inputs (the hidden rows, then the logits, from one rng of
+// the seed), optionally every token routed to one expert and some scale bytes lifted.
+struct InputCase {
+  int experts, top_k, hidden, intermediate;
+  int64_t tokens;
+  bool one_expert, wide_scales;
+};
+
+// A case's layer and inputs, and their fp64 reference output.
+struct LayerInputs {
+  MoeConfig cfg;
+  MoeLayerData layer;
+  std::vector<uint16_t> hidden;
+  std::vector<float> logits;
+  std::vector<double> reference() const {
+    std::vector<double> ref(hidden.size());
+    reference_moe_f64(cfg, layer.view(), hidden, logits, static_cast<int64_t>(logits.size()) / cfg.num_experts, ref);
+    return ref;
+  }
+};
+LayerInputs make_inputs(const InputCase& c, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  LayerInputs in{mxmoe::test::make_config(c.experts, c.top_k, c.hidden, c.intermediate), {}, {}, {}};
+  in.layer = MoeLayerData::random(in.cfg, seed);
+  if (c.wide_scales) lift_some_scales(in.layer);
+  in.hidden = random_hidden(c.tokens, in.cfg.hidden, rng);
+  in.logits = random_logits(c.tokens, in.cfg.num_experts, rng);
+  if (c.one_expert) route_every_token_to_one_expert(in.logits, c.tokens, in.cfg.num_experts);
+  return in;
+}
+std::string describe(const InputCase& c, uint64_t seed) {
+  return "seed " + std::to_string(seed) + ", T = " + std::to_string(c.tokens) + ", H = " + std::to_string(c.hidden) +
+         ", I = " + std::to_string(c.intermediate);
+}
+
 // Small T takes other launch sequences: T <= 2 routes inside both GEMMs (no route kernel), and up to
 // MXMOE_FUSED_COMBINE_TOKENS GEMM2's last blocks combine (no combine kernel). A token's output must
 // not depend on which: with the split-K pinned, T = 1, 2, 5, 8 give the same bits as the first rows of
@@ -137,14 +172,14 @@ TEST(GpuLayerDeterminism, EagerTwiceAndGraphReplayAgree) {
 // counters are cleared every forward).
 TEST(GpuLayerPaths, SmallBatchSequencesGiveTheGeneralPathsBits) {
   MXMOE_SKIP_WITHOUT_GPU();
+  const int64_t general = 9;
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937_64 rng(seed);
-  const MoeConfig cfg = mxmoe::test::make_config(32, 4, 512, 384);
-  const MoeLayerData layer = MoeLayerData::random(cfg, seed);
-  const int64_t general = 9;
-  const auto hidden = random_hidden(general, cfg.hidden, rng);
-  const auto logits = random_logits(general, cfg.num_experts, rng);
+  const LayerInputs in = make_inputs({32, 4, 512, 384, general, false, false}, seed);
+  const MoeConfig& cfg = in.cfg;
+  const MoeLayerData& layer = in.layer;
+  const std::vector<uint16_t>& hidden = in.hidden;
+  const std::vector<float>& logits = in.logits;
   for (const char* ksplit : {"1", "4"})
   for (const char* fused : {"0", "8"}) {
     SCOPED_TRACE(std::string("MXMOE_GEMV_KSPLIT=") + ksplit + " MXMOE_FUSED_COMBINE_TOKENS=" + fused);
@@ -174,9 +209,9 @@ TEST(GpuLayerTune, AutoFollowsATableForThisDeviceOnly) {
   MXMOE_SKIP_WITHOUT_GPU();
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937_64 rng(seed);
-  const MoeConfig cfg = mxmoe::test::make_config(32, 4, 512, 384);
-  const MoeLayerData layer = MoeLayerData::random(cfg, seed);
+  const LayerInputs in = make_inputs({32, 4, 512, 384, 3, false, false}, seed);
+  const MoeConfig& cfg = in.cfg;
+  const MoeLayerData& layer = in.layer;
   int device = 0;
   ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
   cudaDeviceProp prop{};
@@ -187,10 +222,7 @@ TEST(GpuLayerTune, AutoFollowsATableForThisDeviceOnly) {
                         << prop.minor << R"(", "shape": {"experts": 32, "top_k": 4, "hidden": 512, "intermediate": 384},
                         "plans": [{"family": "mma", "m_tiles": 2}]})";
   };
-  const auto hidden = random_hidden(3, cfg.hidden, rng);
-  const auto logits = random_logits(3, cfg.num_experts, rng);
-  std::vector<double> ref(static_cast<size_t>(3 * cfg.hidden));
-  reference_moe_f64(cfg, layer.view(), hidden, logits, 3, ref);
+  const std::vector<double> ref = in.reference();
   auto runner_with_table_for = [&](const std::string& device_name) {
     write(device_name);
     const ScopedEnv table("MXMOE_TUNE_FILE", path.c_str());
@@ -202,7 +234,7 @@ TEST(GpuLayerTune, AutoFollowsATableForThisDeviceOnly) {
   EXPECT_NE(tuned.describe_plan(1).find("mma bf16 32x256x128 tiles, both gemms (tune table)"), std::string::npos)
       << tuned.describe_plan(1);
   EXPECT_NE(untuned.describe_plan(1).find("gemv"), std::string::npos) << untuned.describe_plan(1);
-  const ErrorStats e = compare(run_on_gpu(tuned, hidden, logits, 3), ref);
+  const ErrorStats e = compare(run_on_gpu(tuned, in.hidden, in.logits, 3), ref);
   EXPECT_EQ(e.nan_count, 0);
   EXPECT_LE(e.rel, 1e-2);
 }
@@ -288,41 +320,9 @@ TEST(GpuLayerVariants, RingStagesAndSplitKMatchReference) {
 // The shapes of the kernel-variant tests: several passes or m-tiles per expert (T = 1000 on 32
 // experts, and one expert taking every token), fewer rows than a batch or tile (T = 3), K not a
 // multiple of 128, wide scales, gpt-oss's K with 40 rows per expert.
-struct VariantCase {
-  int experts, top_k, hidden, intermediate;
-  int64_t tokens;
-  bool one_expert, wide_scales;
-};
-constexpr VariantCase kVariantCases[] = {{32, 4, 256, 192, 1000, false, false}, {32, 4, 256, 192, 1000, true, false},
-                                         {8, 2, 64, 64, 3, false, false},       {5, 3, 96, 160, 37, false, false},
-                                         {16, 4, 384, 256, 300, false, true},   {8, 4, 2880, 2880, 80, false, false}};
-
-// A fresh random layer and inputs for a case, and its fp64 reference output.
-struct VariantInputs {
-  MoeConfig cfg;
-  MoeLayerData layer;
-  std::vector<uint16_t> hidden;
-  std::vector<float> logits;
-  std::vector<double> reference() const {
-    std::vector<double> ref(hidden.size());
-    reference_moe_f64(cfg, layer.view(), hidden, logits, static_cast<int64_t>(logits.size()) / cfg.num_experts, ref);
-    return ref;
-  }
-};
-VariantInputs make_variant_inputs(const VariantCase& c, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  VariantInputs in{mxmoe::test::make_config(c.experts, c.top_k, c.hidden, c.intermediate), {}, {}, {}};
-  in.layer = MoeLayerData::random(in.cfg, seed);
-  if (c.wide_scales) lift_some_scales(in.layer);
-  in.hidden = random_hidden(c.tokens, in.cfg.hidden, rng);
-  in.logits = random_logits(c.tokens, in.cfg.num_experts, rng);
-  if (c.one_expert) route_every_token_to_one_expert(in.logits, c.tokens, in.cfg.num_experts);
-  return in;
-}
-std::string describe(const VariantCase& c, uint64_t seed) {
-  return "seed " + std::to_string(seed) + ", T = " + std::to_string(c.tokens) + ", H = " + std::to_string(c.hidden) +
-         ", I = " + std::to_string(c.intermediate);
-}
+constexpr InputCase kVariantCases[] = {{32, 4, 256, 192, 1000, false, false}, {32, 4, 256, 192, 1000, true, false},
+                                       {8, 2, 64, 64, 3, false, false},       {5, 3, 96, 160, 37, false, false},
+                                       {16, 4, 384, 256, 300, false, true},   {8, 4, 2880, 2880, 80, false, false}};
 
 // The GEMV family's 16-row batch (two MMAs per decoded weight fragment, 16 warps per block) against
 // the reference, and bit for bit against the 8-row batch without split-K: a column's sum runs in the
@@ -333,13 +333,13 @@ TEST(GpuLayerVariants, WideBatchMatchesReferenceAndNarrowBatchBits) {
   int device = 0, optin = 0;
   ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
   ASSERT_EQ(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), cudaSuccess);
-  for (const VariantCase& c : kVariantCases) {
+  for (const InputCase& c : kVariantCases) {
     // Where 16 staged rows of this K do not fit (SM120/SM121 at K = 2880) the runner refuses the knob.
     if (!gemv::wide_batch_fits(std::max(c.hidden, c.intermediate), static_cast<size_t>(optin), gemv::static_smem_bytes()))
       continue;
     const uint64_t seed = fresh_seed();
     SCOPED_TRACE(describe(c, seed));
-    const VariantInputs in = make_variant_inputs(c, seed);
+    const LayerInputs in = make_inputs(c, seed);
     // The 8-row batch without split-K (a split sums K in another order; the 16-row batch never splits).
     auto runner_with = [&](const char* batch) {
       const ScopedEnv knob("MXMOE_GEMV_BATCH", batch), split("MXMOE_GEMV_KSPLIT", "1");
@@ -368,23 +368,17 @@ TEST(GpuLayerVariants, MxEpilogueMatchesTheSecondExpandBitForBit) {
   ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
   ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), cudaSuccess);
   if (major * 10 + minor < 89) GTEST_SKIP() << "the emulated MX atom needs compute capability 8.9+";
-  struct Case {
-    int experts, top_k, hidden, intermediate;
-    int64_t tokens;
-    bool one_expert;
-  };
-  const Case cases[] = {{5, 3, 96, 160, 37, false},     {32, 4, 256, 192, 1000, false}, {32, 4, 256, 192, 1000, true},
-                        {8, 2, 64, 64, 1, false},        {128, 4, 2880, 2880, 64, false}};
-  for (const Case& c : cases) {
+  const InputCase cases[] = {{5, 3, 96, 160, 37, false, false},  {32, 4, 256, 192, 1000, false, false},
+                             {32, 4, 256, 192, 1000, true, false}, {8, 2, 64, 64, 1, false, false},
+                             {128, 4, 2880, 2880, 64, false, false}};
+  for (const InputCase& c : cases) {
     const uint64_t seed = fresh_seed();
-    SCOPED_TRACE("seed " + std::to_string(seed) + ", T = " + std::to_string(c.tokens) + ", I = " +
-                 std::to_string(c.intermediate));
-    std::mt19937_64 rng(seed);
-    const MoeConfig cfg = mxmoe::test::make_config(c.experts, c.top_k, c.hidden, c.intermediate);
-    const MoeLayerData layer = MoeLayerData::random(cfg, seed);
-    const auto hidden = random_hidden(c.tokens, cfg.hidden, rng);
-    auto logits = random_logits(c.tokens, cfg.num_experts, rng);
-    if (c.one_expert) route_every_token_to_one_expert(logits, c.tokens, cfg.num_experts);
+    SCOPED_TRACE(describe(c, seed));
+    const LayerInputs in = make_inputs(c, seed);
+    const MoeConfig& cfg = in.cfg;
+    const MoeLayerData& layer = in.layer;
+    const std::vector<uint16_t>& hidden = in.hidden;
+    const std::vector<float>& logits = in.logits;
     const MoeRunner fused(cfg, layer.view(), gemv_options(c.tokens, Backend::MxEmulated));
     const MoeRunner two_pass = [&] {
       const ScopedEnv knob("MXMOE_MX_EXPAND_INTERMEDIATE", "1");
@@ -406,10 +400,10 @@ TEST(GpuLayerVariants, EveryTensorCoreTileMatchesReference) {
   MXMOE_SKIP_WITHOUT_GPU();
   for (const int m_tiles : {1, 2, 4, mma::kWideMTiles}) {
     if (!mma::m_tiles_supported(m_tiles)) continue;
-    for (const VariantCase& c : kVariantCases) {
+    for (const InputCase& c : kVariantCases) {
       const uint64_t seed = fresh_seed();
       SCOPED_TRACE("MXMOE_MMA_MTILES=" + std::to_string(m_tiles) + ", " + describe(c, seed));
-      const VariantInputs in = make_variant_inputs(c, seed);
+      const LayerInputs in = make_inputs(c, seed);
       std::optional<MoeRunner> runner;
       try {
         const ScopedEnv knob("MXMOE_MMA_MTILES", std::to_string(m_tiles).c_str());
