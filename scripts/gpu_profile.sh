@@ -8,7 +8,7 @@ out=$1; tokens=${2:-1}; preset=${3:-gpt-oss-120b}
 mkdir -p "$out"
 bin=build-gpu/tools/mxmoe/mxmoe
 ncu --target-processes all -k "regex:${KERNELS:-gemv|route|combine}" --launch-skip 8 --launch-count 8 \
-  --section SpeedOfLight --section LaunchStats --section Occupancy --section SchedulerStats \
+  --section SpeedOfLight --section ComputeWorkloadAnalysis --section LaunchStats --section Occupancy --section SchedulerStats \
   --section WarpStateStats --section MemoryWorkloadAnalysis --section InstructionStats --section SourceCounters \
   --import-source no -o "$out/prof_t$tokens" -f \
   "$bin" bench --preset "$preset" --tokens "$tokens" --iterations 50 --warmup 1 --layers 8 >"$out/prof_t${tokens}_run.log" 2>&1

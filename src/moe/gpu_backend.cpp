@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <initializer_list>
 #include <optional>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "kernels/gemv/decode.hpp"
+#include "kernels/gemv/stream.hpp"
 #include "kernels/gemv/gemv.hpp"
 #include "kernels/gemv/gemv_layout.hpp"
 #include "kernels/gemv/slice_layout.hpp"
@@ -152,6 +154,23 @@ class GpuBackend final : public BackendImpl {
     if (const char* env = std::getenv("MXMOE_FUSED_COMBINE_TOKENS"); env != nullptr && *env != '\0')
       fused_combine_tokens_ = env_choice("MXMOE_FUSED_COMBINE_TOKENS", {0, 1, 2, 3, 4, 5, 6, 7, 8});
     gemv::configure(static_cast<size_t>(smem_optin));
+    // The streamed decode kernel (kernels/gemv/stream.hpp) for T <= kLocalRouteTokens when
+    // MXMOE_GEMV_STREAM=1 (kDefaultStream otherwise). Its plan per T is fixed here: the grid must be
+    // resident at once, which the occupancy of this shape decides.
+    stream_on_ = kDefaultStream;
+    if (const char* env = std::getenv("MXMOE_GEMV_STREAM"); env != nullptr && *env != '\0')
+      stream_on_ = env_choice("MXMOE_GEMV_STREAM", {0, 1}) == 1;
+    stream_on_ = stream_on_ && gemv::stream_stages_built(stages);
+    if (stream_on_) {
+      gemv::configure_stream(static_cast<size_t>(smem_optin));
+      for (int t = 1; t <= gemv::kLocalRouteTokens; ++t) {
+        const int slots = static_cast<int>(std::min<int64_t>(config.num_experts, int64_t{t} * config.top_k));
+        const int resident = gemv::stream_resident_blocks(static_cast<int>(h), static_cast<int>(i), t, stages, sm_count_);
+        stream_plans_[t] = gemv::plan_stream(static_cast<int>(w1_.shape.tiles), static_cast<int>(w2_.shape.tiles), slots,
+                                             resident, ksplit_override_);
+        stream_on_ = stream_on_ && stream_plans_[t].blocks > 0;
+      }
+    }
     // The tensor-core family's tiles fit SM120/SM121's 99 KB; a smaller device keeps Auto on GEMV.
     mma_ok_ = mma::fits(static_cast<size_t>(smem_optin));
     MXMOE_REQUIRE(mma_ok_ || mode != Backend::Mma, "backend: 'mma' needs ", mma::smem_bytes(4),
@@ -236,6 +255,10 @@ class GpuBackend final : public BackendImpl {
       forward_mma(hidden, router_logits, tokens, out, ws, stream, stages);
       return;
     }
+    if (uses_stream(tokens)) {
+      forward_stream(hidden, router_logits, tokens, out, ws, stream, stages);
+      return;
+    }
     // Small T: both GEMMs route the tokens themselves (no route kernel), and GEMM2 does the combine.
     const bool local_route = tokens <= gemv::kLocalRouteTokens;
     const bool fused_combine = tokens <= fused_combine_tokens_;
@@ -286,6 +309,13 @@ class GpuBackend final : public BackendImpl {
              std::to_string(wide ? mma::kWideBlockN : mma::kBlockN) + "x128 tiles" +
              (wide ? " (weights decoded to shared memory)" : "") + ", both gemms" + (tune_ ? " (tune table)" : "");
     }
+    if (uses_stream(tokens)) {
+      const gemv::StreamPlan& p = stream_plans_[tokens];
+      return "gemv stream, one kernel of " + std::to_string(p.blocks) + " blocks: routed in every block, gemm1 items of " +
+             std::to_string(p.tiles_per_item1) + " tiles (ksplit " + std::to_string(8 / p.tiles_per_item1) +
+             "), gemm2 items of " + std::to_string(p.tiles_per_item2) + " tiles (ksplit " +
+             std::to_string(8 / p.tiles_per_item2) + "), combine in gemm2's last items";
+    }
     if (tokens > 0 && tokens <= decode_tokens_)
       return "fused decode (route + gemm1 + swiglu + gemm2 per 32-feature unit, " + std::to_string(grid()) +
              " blocks) + combine";
@@ -316,6 +346,9 @@ class GpuBackend final : public BackendImpl {
   // The fused decode path is off by default: measured on an H200 it is still slower than the GEMV
   // path at every T (docs/perf-log.md); MXMOE_DECODE_TOKENS turns it on up to that T.
   static constexpr int kDefaultDecodeTokens = 0;
+  // The streamed decode kernel is off by default: on an H200 it ties the per-GEMM kernels at T = 1
+  // (25.6 vs 25.7 us, gpt-oss-120b) and loses at T = 2 (38.8 vs 38.1): docs/perf-log.md.
+  static constexpr bool kDefaultStream = false;
 
   int grid() const { return gemv::decode_grid(sm_count_); }
 
@@ -502,6 +535,38 @@ class GpuBackend final : public BackendImpl {
     gemv::launch_decode(a, stages < MoeRunner::kAllStages ? 1 : 2, stream);
   }
 
+  bool uses_stream(int64_t tokens) const {
+    return stream_on_ && tokens > 0 && tokens <= gemv::kLocalRouteTokens && !uses_mma(tokens) && !mx_mode() &&
+           tokens > decode_tokens_;
+  }
+
+  // T <= kLocalRouteTokens: the whole layer in one kernel (kernels/gemv/stream.hpp). Profiling stages:
+  // 2 runs GEMM1's items alone, 3 adds GEMM2's, 4 the combine (route is in every block, no stage of its own).
+  void forward_stream(const uint16_t* hidden, const float* router_logits, int64_t tokens, uint16_t* out,
+                      const BoundWorkspace& ws, cudaStream_t stream, int stages) const {
+    if (stages < 2) return;
+    gemv::StreamArgs s;
+    gemv::GemvArgs& a = s.g1;
+    bind_routing(a, ws);
+    a.sm_count = sm_count_;
+    a.logits = router_logits;
+    a.experts = config_.num_experts;
+    a.softmax_first = config_.routing == RoutingOrder::SoftmaxThenTopk;
+    a.renormalize = config_.renormalize;
+    a.local_route = true;
+    s.g2 = a;
+    bind(s.g1, w1_, static_cast<int>(2 * config_.intermediate), config_.hidden);
+    s.g1.act = hidden;
+    s.g1.out = ws.intermediate;
+    bind(s.g2, w2_, config_.hidden, config_.intermediate);
+    s.g2.act = static_cast<const uint16_t*>(ws.intermediate);
+    s.g2.out = ws.expert_rows;
+    s.g2.combine_out = out;
+    s.counters = ws.stream_counters;
+    s.phases = std::min(stages, MoeRunner::kAllStages) - 1;
+    gemv::launch_stream(s, static_cast<int>(tokens), stream_plans_[tokens], stream);
+  }
+
   static void bind(gemv::GemvArgs& a, const PackedMatrix& m, int n, int k) {
     bind_weights(a, m, n, k);
     a.wide_scales = m.wide_scales;
@@ -543,6 +608,8 @@ class GpuBackend final : public BackendImpl {
   int batch_override_ = 0;  // MXMOE_GEMV_BATCH (0: not set)
   bool mx_expand_intermediate_ = false;  // MXMOE_MX_EXPAND_INTERMEDIATE: a second expand, not GEMM1's epilogue
   int fused_combine_tokens_ = gemv::kDefaultFusedCombineTokens;
+  bool stream_on_ = false;  // the streamed decode kernel serves T <= kLocalRouteTokens
+  std::array<gemv::StreamPlan, gemv::kLocalRouteTokens + 1> stream_plans_{};
   int mtiles_override_ = 0;
   bool wide_tile_ok_ = false;  // the 128-row tensor-core tile is built and fits this device
   std::optional<TuneTable> tune_;

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/gemv/gemv.hpp"
+#include "kernels/gemv/stream.hpp"
 #include "mxmoe/config.hpp"
 #include "routing/routing.hpp"
 
@@ -20,6 +21,7 @@ struct BoundWorkspace {
   int32_t* pair_slot;      // [T*k]
   int32_t* slot_expert;    // [min(E, T*k)]
   int32_t* combine_counters;  // [gemv::combine_counters_needed(H)] the combine in GEMM2
+  int32_t* stream_counters;   // [gemv::stream_counter_count(H)] the streamed decode kernel
   // The MX backends: GEMM1's MXFP8 input (the expand's output, routing/expand.hpp; reused for GEMM2's
   // when a second expand quantises the intermediate) and GEMM2's, written by GEMM1's MXFP8 epilogue.
   uint8_t* mx_codes;
@@ -35,7 +37,7 @@ struct MxBufferBytes {
 };
 
 struct WorkspaceLayout {
-  size_t expert_ids = 0, pair_weights = 0, expert_offsets = 0, active_experts = 0, active_count = 0, row_pair = 0,
+  size_t stream_counters = 0, expert_ids = 0, pair_weights = 0, expert_offsets = 0, active_experts = 0, active_count = 0, row_pair = 0,
          pair_row = 0, global_counts = 0, intermediate = 0, expert_rows = 0, decode_partials = 0, pair_slot = 0,
          slot_expert = 0, combine_counters = 0, mx_codes = 0, mx_scales = 0, mx_codes2 = 0, mx_scales2 = 0, total = 0;
 
@@ -64,6 +66,7 @@ struct WorkspaceLayout {
     pair_slot = take(pairs * 4);
     slot_expert = take(pairs * 4);
     combine_counters = take(static_cast<size_t>(gemv::combine_counters_needed(config.hidden)) * 4);
+    stream_counters = take(static_cast<size_t>(gemv::stream_counter_count(config.hidden)) * 4);
     mx_codes = take(mx.codes);
     mx_scales = take(mx.scales);
     mx_codes2 = take(mx.codes2);
@@ -88,6 +91,7 @@ struct WorkspaceLayout {
     w.pair_slot = reinterpret_cast<int32_t*>(b + pair_slot);
     w.slot_expert = reinterpret_cast<int32_t*>(b + slot_expert);
     w.combine_counters = reinterpret_cast<int32_t*>(b + combine_counters);
+    w.stream_counters = reinterpret_cast<int32_t*>(b + stream_counters);
     w.mx_codes = b + mx_codes;
     w.mx_scales = b + mx_scales;
     w.mx_codes2 = b + mx_codes2;

@@ -96,16 +96,16 @@ class ScopedEnv {
 };
 
 // Runs a GPU runner on host inputs; the output is poisoned (bf16 NaN) before the launch, and the
-// workspace too (a forward may assume nothing of it).
+// workspace is filled with `workspace_fill` bytes (a forward may assume nothing of it).
 inline std::vector<uint16_t> run_on_gpu(const MoeRunner& runner, const std::vector<uint16_t>& hidden,
-                                        const std::vector<float>& logits, int64_t tokens) {
+                                        const std::vector<float>& logits, int64_t tokens, int workspace_fill = 0xFF) {
   const int h = runner.config().hidden;
   const DeviceBuffer d_hidden = to_device(hidden);
   const DeviceBuffer d_logits = to_device(logits);
   DeviceBuffer d_out(static_cast<size_t>(tokens * h) * 2);
   if (d_out.bytes()) MXMOE_CUDA_CHECK(cudaMemset(d_out.get(), 0xFF, d_out.bytes()));
   DeviceBuffer ws(std::max<size_t>(runner.workspace_bytes(), 1));
-  MXMOE_CUDA_CHECK(cudaMemset(ws.get(), 0xFF, ws.bytes()));
+  MXMOE_CUDA_CHECK(cudaMemset(ws.get(), workspace_fill, ws.bytes()));
   runner.forward(d_hidden.get<uint16_t>(), d_logits.get<float>(), tokens, d_out.get<uint16_t>(), ws.get(), ws.bytes());
   MXMOE_CUDA_CHECK(cudaDeviceSynchronize());
   return to_host<uint16_t>(d_out, static_cast<size_t>(tokens * h));

@@ -203,6 +203,44 @@ TEST(GpuLayerPaths, SmallBatchSequencesGiveTheGeneralPathsBits) {
   }
 }
 
+// The streamed decode kernel (T <= 2, kernels/gemv/stream.hpp, MXMOE_GEMV_STREAM=1) against the
+// per-GEMM kernels (MXMOE_GEMV_STREAM=0): the same tiles, chunk order and sums, so the same bits. Shapes:
+// gpt-oss's, odd K, one expert taking every token (fewer slots than the grid was planned for), E = 256
+// with k = 8 (16 slots), wide scales. The workspace is zeroed, filled with 0xFF or with a byte pattern
+// first, and a graph is replayed three times (each forward clears its counters).
+TEST(GpuLayerStream, GivesThePerGemmKernelsBits) {
+  MXMOE_SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const InputCase cases[] = {{128, 4, 2880, 2880, 1, false, false}, {128, 4, 2880, 2880, 2, false, false},
+                             {32, 4, 2880, 2880, 2, true, false},   {256, 8, 256, 192, 2, false, false},
+                             {5, 3, 96, 160, 1, false, false},      {16, 4, 384, 256, 2, false, true}};
+  for (const InputCase& c : cases) {
+    SCOPED_TRACE(describe(c, seed));
+    const LayerInputs in = make_inputs(c, seed);
+    const MoeRunner streamed = [&] {
+      const ScopedEnv on("MXMOE_GEMV_STREAM", "1");
+      return MoeRunner(in.cfg, in.layer.view(), gemv_options(c.tokens));
+    }();
+    ASSERT_NE(streamed.describe_plan(c.tokens).find("gemv stream"), std::string::npos)
+        << streamed.describe_plan(c.tokens);
+    const MoeRunner plain = [&] {
+      const ScopedEnv off("MXMOE_GEMV_STREAM", "0");
+      return MoeRunner(in.cfg, in.layer.view(), gemv_options(c.tokens));
+    }();
+    ASSERT_EQ(plain.describe_plan(c.tokens).find("stream"), std::string::npos) << plain.describe_plan(c.tokens);
+    const auto want = run_on_gpu(plain, in.hidden, in.logits, c.tokens);
+    const ErrorStats e = compare(want, in.reference());
+    EXPECT_EQ(e.nan_count, 0);
+    EXPECT_LE(e.rel, 1e-2) << "worst element " << e.worst;
+    for (const int fill : {0x00, 0xFF, 0x5A}) {
+      SCOPED_TRACE("workspace filled with " + std::to_string(fill));
+      EXPECT_EQ(run_on_gpu(streamed, in.hidden, in.logits, c.tokens, fill), want);
+    }
+    EXPECT_EQ(run_graph_replay(streamed, in.hidden, in.logits, c.tokens), want) << "graph replay";
+  }
+}
+
 // MXMOE_TUNE_FILE: a table for this device and shape steers Auto (here: the 32-row tensor-core tile at
 // every T, even T = 1); a table for another device is ignored; the result still matches the reference.
 TEST(GpuLayerTune, AutoFollowsATableForThisDeviceOnly) {
@@ -477,6 +515,14 @@ TEST(GpuLayerErrors, RejectsAnUnknownFusedCombineLimit) {
   const MoeLayerData layer = MoeLayerData::random(cfg, fresh_seed());
   const ScopedEnv combine("MXMOE_FUSED_COMBINE_TOKENS", "9");
   expect_error_naming([&] { MoeRunner(cfg, layer.view(), gemv_options(4)); }, "MXMOE_FUSED_COMBINE_TOKENS");
+}
+
+TEST(GpuLayerErrors, RejectsAnUnknownStreamSetting) {
+  MXMOE_SKIP_WITHOUT_GPU();
+  const MoeConfig cfg = MoeConfig::tiny();
+  const MoeLayerData layer = MoeLayerData::random(cfg, fresh_seed());
+  const ScopedEnv stream("MXMOE_GEMV_STREAM", "yes");
+  expect_error_naming([&] { MoeRunner(cfg, layer.view(), gemv_options(4)); }, "MXMOE_GEMV_STREAM");
 }
 
 TEST(GpuLayerErrors, RejectsHostPointersAndSmallWorkspace) {

@@ -1,0 +1,308 @@
+#pragma once
+// The block-level pieces of the GEMV family, shared by the per-GEMM kernels (gemv_kernel.cu) and the
+// streamed decode kernel (stream_kernel.cu): the block shapes, activation staging, the per-warp weight
+// ring and its consumer loop, the split-K sum, both epilogues, the routing a block does itself at
+// small T, and the combine done by a GEMM2 block.
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/common/bf16_pack.cuh"
+#include "kernels/common/bulk_copy.cuh"
+#include "kernels/gemv/gemv.hpp"
+#include "kernels/gemv/gemv_device.cuh"
+#include "kernels/gemv/gemv_layout.hpp"
+#include "routing/warp_topk.cuh"
+
+namespace mxmoe::gemv {
+
+// Batch widths: kNb groups of 8 rows (the MMA's N). 8 rows: 8 warps per block, 3 blocks per SM at
+// decode sizes; 16 rows: 16 warps per block (the staged rows take ~95 KB at K = 2880, so one block
+// per SM, and it needs 16 warps to keep as many weight bytes in flight).
+inline constexpr int kNarrowRows = 8;
+__host__ __device__ constexpr int warps_for(int nb) { return nb == 1 ? 8 : 16; }
+// The register bound of __launch_bounds__: 3 blocks of 8 warps per SM on Hopper, where 3 fit in shared
+// memory at decode sizes; 2 in SM120/SM121 code, whose 100 KB per SM hold fewer, so its registers are
+// not squeezed into spills. (Host code, for its resident-block estimates, sees Hopper's 3.)
+__host__ __device__ constexpr int min_blocks_for(int nb) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
+  return nb == 1 ? 2 : 1;
+#else
+  return nb == 1 ? 3 : 1;
+#endif
+}
+inline constexpr int kStageChunks = 2;  // chunks per pipeline stage (one bulk copy of 2 KiB + 128 B)
+inline constexpr int kStageBytes = kStageChunks * kChunkBytes;
+__host__ __device__ constexpr int warp_ring_bytes(int stages) { return stages * kStageBytes; }
+
+// Activation rows [first_row, first_row + rows) of the expert into shared memory, each group of 8
+// elements permuted to the decode pair order (3,7,2,6,1,5,0,4) and each chunk's groups ordered
+// (word, block). Groups past K are zeroed (they meet zero weights; garbage there could be NaN).
+// Rows past `rows` are left as they are: they feed only MMA columns that are never stored.
+// The (row, group) pairs of all rows are spread over the threads, kUnroll loads in flight per thread
+// before any is stored: one row at a time would pay a load latency per row, serially, at block start.
+// (2 for the 8-row batch, whose 80 registers spill at 4; 4 for the 16-row batch.)
+// GEMM1 reads each row's token: `pairs` (this batch's rows -> pair, from the block's own routing)
+// or else the permutation's row -> pair.
+template <bool kGemm1, int kThreads, int kUnroll>
+__device__ void stage_rows(const GemvArgs& a, int first_row, int rows, const int* pairs, uint8_t* smem) {
+  const int stride = act_row_stride(a.chunks);
+  const int groups = a.chunks * (kChunkK / 8);
+  const int total = rows * groups;
+  for (int base = threadIdx.x; base < total; base += kThreads * kUnroll) {
+    uint4 v[kUnroll];
+    int dst[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = base + u * kThreads;
+      dst[u] = -1;
+      if (i < total) {
+        const int r = i / groups, g = i - r * groups;
+        const int row = first_row + r;
+        const int64_t act_row = !kGemm1 ? row : (pairs ? pairs[r] : a.row_pair[row]) / a.top_k;
+        v[u] = load_act_group<!kGemm1>(a.act + act_row * a.k, g, a.k);
+        dst[u] = r * stride + staged_group_offset(g);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (dst[u] >= 0) *reinterpret_cast<uint4*>(smem + dst[u]) = permute_act_group(v[u]);
+  }
+}
+
+// The per-warp weight ring: stage s holds the records of chunks [c, c + kStageChunks) of the warp's
+// tile, one bulk copy (records are contiguous, see gemv_layout.hpp). `seq` counts the stages the warp
+// has consumed over its whole life, so a ring can be pointed at another tile (`retarget`) and its
+// slots and mbarrier parities stay in step.
+template <int kStages>
+struct WeightRing {
+  uint8_t* base;        // kStages * kStageBytes of shared memory
+  uint64_t* bars;       // kStages mbarriers
+  const uint8_t* tile;  // the tile's packed records (global)
+  int c_begin, c_end;
+  uint32_t seq;         // stages consumed so far by this warp (all lanes agree)
+
+  __device__ int groups() const { return (c_end - c_begin + kStageChunks - 1) / kStageChunks; }
+
+  __device__ void retarget(const uint8_t* tile_records, int begin, int end) {
+    tile = tile_records;
+    c_begin = begin;
+    c_end = end;
+  }
+
+  // One lane only: request group `grp` into the ring slot it will occupy.
+  __device__ void issue(int grp) const {
+    const uint32_t slot = (seq + grp) % kStages;
+    const int c = c_begin + grp * kStageChunks;
+    const uint32_t bytes = min(kStageChunks, c_end - c) * kChunkBytes;
+    kernels::mbarrier_arrive_expect_tx(&bars[slot], bytes);
+    kernels::bulk_copy_to_shared(base + slot * kStageBytes, tile + static_cast<int64_t>(c) * kChunkBytes, bytes,
+                                 &bars[slot]);
+  }
+  // One lane only: request the first stages of the current range (every slot must be free).
+  __device__ void issue_first(int groups) const {
+    for (int grp = 0; grp < min(kStages, groups); ++grp) issue(grp);
+  }
+};
+
+// The warp's whole range: waits for each stage (its first min(kStages, groups) requested before),
+// runs its chunks through mma_chunk and refills the slot kStages groups ahead. Every slot is free
+// again on return.
+template <bool kWideScales, int kStages, int kNb>
+__device__ __forceinline__ void consume_ring(WeightRing<kStages>& ring, int groups, const uint8_t* const (&b_rows)[kNb],
+                                             float (&chains)[2][kNb][4]) {
+  const int lane = threadIdx.x & 31;
+  for (int grp = 0; grp < groups; ++grp) {
+    const uint32_t slot_index = (ring.seq + grp) % kStages;
+    kernels::mbarrier_wait_parity(&ring.bars[slot_index], ((ring.seq + grp) / kStages) & 1u);
+    const uint8_t* stage = ring.base + slot_index * kStageBytes;
+    const int c0 = ring.c_begin + grp * kStageChunks;
+#pragma unroll
+    for (int u = 0; u < kStageChunks; ++u) {
+      if (c0 + u >= ring.c_end) break;
+      const uint8_t* record = stage + u * kChunkBytes;
+      const uint4 lo = *reinterpret_cast<const uint4*>(record + lane * 16);
+      const uint4 hi = *reinterpret_cast<const uint4*>(record + 512 + lane * 16);
+      const uint32_t sc = *reinterpret_cast<const uint16_t*>(record + kChunkWeightBytes + lane * 2);
+      mma_chunk<kWideScales, kNb>(lo, hi, sc, b_rows, (c0 + u) * kChunkK * 2, chains);
+    }
+    __syncwarp();  // every lane has read the stage before it is refilled
+    if (lane == 0 && grp + kStages < groups) ring.issue(grp + kStages);
+  }
+  ring.seq += groups;
+}
+
+// The two chains of a warp summed, then (ksplit > 1) the split's warps summed in a fixed order into
+// the first warp of each tile through `partial` [kWarps][4][32]. Every thread of the block calls it.
+template <int kNb, int kWarps>
+__device__ __forceinline__ void sum_chains(const float (&chains)[2][kNb][4], float (&acc)[kNb][4], int ksplit,
+                                           float (*partial)[4][32]) {
+#pragma unroll
+  for (int n = 0; n < kNb; ++n)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[n][j] = chains[0][n][j] + chains[1][n][j];
+  if constexpr (kNb == 1) {
+    if (ksplit > 1) {
+      const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) partial[warp][j][lane] = acc[0][j];
+      __syncthreads();
+      if (warp % ksplit == 0) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          acc[0][j] = partial[warp][j][lane];
+          for (int s = 1; s < ksplit; ++s) acc[0][j] += partial[warp + s][j][lane];
+        }
+      }
+    }
+  }
+}
+
+// GEMM1's epilogue for one warp's tile: bias, clamped interleaved SwiGLU, bf16 out. The lane holds
+// rows (g, g+8) of the tile (a gate and its linear) for batch rows (8n + 2q, 8n + 2q + 1).
+template <int kNb>
+__device__ __forceinline__ void store_gemm1(const GemvArgs& a, const float (&acc)[kNb][4], int tile, int expert,
+                                            int64_t first_row, int batch_rows) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  const int feature = tile * 8 + g;
+  float gate_bias = 0.f, linear_bias = 0.f;
+  if (a.bias) {
+    const uint16_t* b = a.bias + static_cast<int64_t>(expert) * a.n + 2 * feature;
+    gate_bias = __bfloat162float(__ushort_as_bfloat16(b[0]));
+    linear_bias = __bfloat162float(__ushort_as_bfloat16(b[1]));
+  }
+#pragma unroll
+  for (int n = 0; n < kNb; ++n)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int r = kNarrowRows * n + 2 * q + j;
+      if (r >= batch_rows) continue;
+      float gate = acc[n][j], linear = acc[n][2 + j];
+      if (a.bias) {  // (no add without a bias: -0 stays -0, as the reference keeps it)
+        gate += gate_bias;
+        linear += linear_bias;
+      }
+      const float act = swiglu(gate, linear, a.alpha, a.limit);
+      static_cast<__nv_bfloat16*>(a.out)[(first_row + r) * (a.n / 2) + feature] = __float2bfloat16_rn(act);
+    }
+}
+
+// GEMM2's epilogue for one warp's tile: bias, times the routing weight, fp32 rows for the combine.
+// weight_of(r) gives batch row r's routing weight.
+template <int kNb, class WeightOf>
+__device__ __forceinline__ void store_gemm2(const GemvArgs& a, const float (&acc)[kNb][4], int tile, int expert,
+                                            int64_t first_row, int batch_rows, WeightOf weight_of) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  float bias0 = 0.f, bias1 = 0.f;
+  if (a.bias) {
+    const uint16_t* b = a.bias + static_cast<int64_t>(expert) * a.n + tile * kTileRows + g;
+    bias0 = __bfloat162float(__ushort_as_bfloat16(b[0]));
+    bias1 = __bfloat162float(__ushort_as_bfloat16(b[8]));
+  }
+#pragma unroll
+  for (int n = 0; n < kNb; ++n)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int r = kNarrowRows * n + 2 * q + j;
+      if (r >= batch_rows) continue;
+      const float weight = weight_of(r);
+      float* out = static_cast<float*>(a.out) + (first_row + r) * a.n + tile * kTileRows + g;
+      float y0 = acc[n][j], y1 = acc[n][2 + j];
+      if (a.bias) {
+        y0 += bias0;
+        y1 += bias1;
+      }
+      out[0] = y0 * weight;
+      out[8] = y1 * weight;
+    }
+}
+
+// The routing of T <= kLocalRouteTokens tokens, computed by a block itself (the same warp_route_token
+// as the route kernel, so the same answer bit for bit) instead of by a route kernel. Rows are sorted
+// by (expert, token, slot) as the permutation sorts them; slot s is the s-th expert with a pair.
+inline constexpr int kLocalPairs = kLocalRouteTokens * routing::kMaxTopk;
+struct LocalRouting {
+  int ids[kLocalPairs];          // pair -> expert
+  float weights[kLocalPairs];    // pair -> routing weight
+  int pair_row[kLocalPairs];     // pair -> sorted row
+  int row_pair[kLocalPairs];     // sorted row -> pair
+  int slot_expert[kLocalPairs];  // slot -> expert (slots below `active`)
+  int slot_row0[kLocalPairs];    // slot -> its first sorted row
+  int slot_rows[kLocalPairs];    // slot -> its rows
+  unsigned bitmap[routing::kMaxExperts / 32];  // experts with a pair
+  int active;                                  // experts with a pair
+};
+
+// Every thread of the block calls it (at least kLocalPairs threads); reads a.logits.
+__device__ inline void local_routing(const GemvArgs& a, LocalRouting& r) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int pairs = a.tokens * a.top_k;
+  if (threadIdx.x < routing::kMaxExperts / 32) r.bitmap[threadIdx.x] = 0;
+  __syncthreads();
+  if (warp < a.tokens) {
+    int my_id;
+    float my_weight;
+    routing::warp_route_token(a.logits + static_cast<int64_t>(warp) * a.experts, a.experts, a.top_k, a.softmax_first,
+                              a.renormalize, lane, my_id, my_weight);
+    if (lane < a.top_k) {
+      const int p = warp * a.top_k + lane;
+      r.ids[p] = my_id;
+      r.weights[p] = my_weight;
+      atomicOr(&r.bitmap[my_id / 32], 1u << (my_id % 32));
+    }
+  }
+  __syncthreads();
+  const int i = threadIdx.x;
+  if (i < pairs) {
+    const int e = r.ids[i];
+    int below = 0, same = 0, rank_same = 0;
+    for (int j = 0; j < pairs; ++j) {
+      const int f = r.ids[j];
+      below += f < e;
+      same += f == e;
+      rank_same += f == e && j < i;
+    }
+    const int row = below + rank_same;
+    r.pair_row[i] = row;
+    r.row_pair[row] = i;
+    if (rank_same == 0) {
+      int slot = __popc(r.bitmap[e / 32] & ((1u << (e % 32)) - 1u));
+      for (int w = 0; w < e / 32; ++w) slot += __popc(r.bitmap[w]);
+      r.slot_expert[slot] = e;
+      r.slot_row0[slot] = below;
+      r.slot_rows[slot] = same;
+    }
+  }
+  if (threadIdx.x == 0) {
+    int active = 0;
+    for (int w = 0; w < (a.experts + 31) / 32; ++w) active += __popc(r.bitmap[w]);
+    r.active = active;
+  }
+  __syncthreads();
+}
+
+// The combine of GEMM2's columns [col0, col0 + cols) by the last GEMM2 block to finish them: each
+// token's k rows summed in slot order in fp32, the same sums as the combine kernel
+// (routing/combine.cu), bf16 out. Rows come from `local` (the block's routing) or a.pair_row.
+template <int kThreads>
+__device__ void combine_columns(const GemvArgs& a, const LocalRouting* local, int col0, int cols) {
+  const int quads = min(cols, a.n - col0) / 4;
+  const float* rows = static_cast<const float*>(a.out);
+  for (int i = threadIdx.x; i < a.tokens * quads; i += kThreads) {
+    const int t = i / quads, col = col0 + (i % quads) * 4;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int s = 0; s < a.top_k; ++s) {
+      const int p = t * a.top_k + s;
+      const int64_t row = local ? local->pair_row[p] : a.pair_row[p];
+      // Rows of other blocks of this grid: read at L2, past any stale L1 line.
+      const float4 v = __ldcg(reinterpret_cast<const float4*>(rows + row * a.n + col));
+      acc.x += v.x;
+      acc.y += v.y;
+      acc.z += v.z;
+      acc.w += v.w;
+    }
+    *reinterpret_cast<uint2*>(a.combine_out + static_cast<int64_t>(t) * a.n + col) = kernels::pack_bf16x4(acc);
+  }
+}
+
+}  // namespace mxmoe::gemv
