@@ -158,33 +158,44 @@ __device__ __forceinline__ void sum_chains(const float (&chains)[2][kNb][4], flo
   }
 }
 
-// GEMM1's epilogue for one warp's tile: bias, clamped interleaved SwiGLU, bf16 out. The lane holds
-// rows (g, g+8) of the tile (a gate and its linear) for batch rows (8n + 2q, 8n + 2q + 1).
-template <int kNb>
-__device__ __forceinline__ void store_gemm1(const GemvArgs& a, const float (&acc)[kNb][4], int tile, int expert,
-                                            int64_t first_row, int batch_rows) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-  const int feature = tile * 8 + g;
-  float gate_bias = 0.f, linear_bias = 0.f;
-  if (a.bias) {
-    const uint16_t* b = a.bias + static_cast<int64_t>(expert) * a.n + 2 * feature;
-    gate_bias = __bfloat162float(__ushort_as_bfloat16(b[0]));
-    linear_bias = __bfloat162float(__ushort_as_bfloat16(b[1]));
-  }
+// Two bias values of an expert (bf16 -> fp32): output rows `first` and `first + step`; zeros without
+// a bias.
+__device__ __forceinline__ float2 load_bias_pair(const GemvArgs& a, int expert, int first, int step) {
+  if (!a.bias) return make_float2(0.f, 0.f);
+  const uint16_t* b = a.bias + static_cast<int64_t>(expert) * a.n + first;
+  return make_float2(__bfloat162float(__ushort_as_bfloat16(b[0])), __bfloat162float(__ushort_as_bfloat16(b[step])));
+}
+
+// f(n, j, r) for each accumulator column this lane holds (MMA n, column pair j) whose batch row r is
+// below batch_rows: the lane holds batch rows 8n + 2q and 8n + 2q + 1.
+template <int kNb, class F>
+__device__ __forceinline__ void for_each_batch_row(int batch_rows, F f) {
+  const int q = threadIdx.x & 3;
 #pragma unroll
   for (int n = 0; n < kNb; ++n)
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       const int r = kNarrowRows * n + 2 * q + j;
-      if (r >= batch_rows) continue;
-      float gate = acc[n][j], linear = acc[n][2 + j];
-      if (a.bias) {  // (no add without a bias: -0 stays -0, as the reference keeps it)
-        gate += gate_bias;
-        linear += linear_bias;
-      }
-      const float act = swiglu(gate, linear, a.alpha, a.limit);
-      static_cast<__nv_bfloat16*>(a.out)[(first_row + r) * (a.n / 2) + feature] = __float2bfloat16_rn(act);
+      if (r < batch_rows) f(n, j, r);
     }
+}
+
+// GEMM1's epilogue for one warp's tile: bias, clamped interleaved SwiGLU, bf16 out. The lane holds
+// rows (g, g+8) of the tile: a gate and its linear. No add without a bias: -0 stays -0.
+template <int kNb>
+__device__ __forceinline__ void store_gemm1(const GemvArgs& a, const float (&acc)[kNb][4], int tile, int expert,
+                                            int64_t first_row, int batch_rows) {
+  const int feature = tile * 8 + ((threadIdx.x & 31) >> 2);
+  const float2 bias = load_bias_pair(a, expert, 2 * feature, 1);
+  for_each_batch_row<kNb>(batch_rows, [&](int n, int j, int r) {
+    float gate = acc[n][j], linear = acc[n][2 + j];
+    if (a.bias) {
+      gate += bias.x;
+      linear += bias.y;
+    }
+    const float act = swiglu(gate, linear, a.alpha, a.limit);
+    static_cast<__nv_bfloat16*>(a.out)[(first_row + r) * (a.n / 2) + feature] = __float2bfloat16_rn(act);
+  });
 }
 
 // GEMM2's epilogue for one warp's tile: bias, times the routing weight, fp32 rows for the combine.
@@ -192,29 +203,19 @@ __device__ __forceinline__ void store_gemm1(const GemvArgs& a, const float (&acc
 template <int kNb, class WeightOf>
 __device__ __forceinline__ void store_gemm2(const GemvArgs& a, const float (&acc)[kNb][4], int tile, int expert,
                                             int64_t first_row, int batch_rows, WeightOf weight_of) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-  float bias0 = 0.f, bias1 = 0.f;
-  if (a.bias) {
-    const uint16_t* b = a.bias + static_cast<int64_t>(expert) * a.n + tile * kTileRows + g;
-    bias0 = __bfloat162float(__ushort_as_bfloat16(b[0]));
-    bias1 = __bfloat162float(__ushort_as_bfloat16(b[8]));
-  }
-#pragma unroll
-  for (int n = 0; n < kNb; ++n)
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int r = kNarrowRows * n + 2 * q + j;
-      if (r >= batch_rows) continue;
-      const float weight = weight_of(r);
-      float* out = static_cast<float*>(a.out) + (first_row + r) * a.n + tile * kTileRows + g;
-      float y0 = acc[n][j], y1 = acc[n][2 + j];
-      if (a.bias) {
-        y0 += bias0;
-        y1 += bias1;
-      }
-      out[0] = y0 * weight;
-      out[8] = y1 * weight;
+  const int col = tile * kTileRows + ((threadIdx.x & 31) >> 2);
+  const float2 bias = load_bias_pair(a, expert, col, 8);
+  for_each_batch_row<kNb>(batch_rows, [&](int n, int j, int r) {
+    const float weight = weight_of(r);
+    float* out = static_cast<float*>(a.out) + (first_row + r) * a.n + col;
+    float y0 = acc[n][j], y1 = acc[n][2 + j];
+    if (a.bias) {
+      y0 += bias.x;
+      y1 += bias.y;
     }
+    out[0] = y0 * weight;
+    out[8] = y1 * weight;
+  });
 }
 
 // The routing of T <= kLocalRouteTokens tokens, computed by a block itself (the same warp_route_token

@@ -23,6 +23,7 @@ namespace {
 constexpr int kWarps = warps_for(1);
 constexpr int kThreads = kWarps * 32;
 constexpr int kBlocksPerSm = min_blocks_for(1);
+static_assert(kMaxStreamSlots == kLocalPairs, "a block's own routing must hold every slot the kernel serves");
 
 // Count of `count` readable across the grid: an acquire load (the writer fences, then adds).
 __device__ __forceinline__ int acquire_count(const int32_t* count) {
