@@ -266,28 +266,17 @@ class GpuBackend final : public BackendImpl {
     if (stages < 2) return;
 
     const int max_active = static_cast<int>(std::min<int64_t>(config_.num_experts, tokens * config_.top_k));
-    gemv::GemvArgs a;
-    bind_routing(a, ws);
+    gemv::GemvArgs a = gemv_args(ws, local_route ? router_logits : nullptr);
     a.pair_row = ws.routing.pair_row;
-    a.sm_count = sm_count_;
-    a.ksplit_override = ksplit_override_;
-    a.logits = local_route ? router_logits : nullptr;
-    a.experts = config_.num_experts;
-    a.softmax_first = config_.routing == RoutingOrder::SoftmaxThenTopk;
-    a.renormalize = config_.renormalize;
     a.combine_counters = ws.combine_counters;
     a.combine_counter_count = fused_combine ? gemv::combine_counters_needed(config_.hidden) : 0;
 
     a.batch_rows = batch_rows_for(tokens);
-    bind(a, w1_, static_cast<int>(2 * config_.intermediate), config_.hidden);
-    a.act = hidden;
-    a.out = ws.intermediate;
+    bind_gemm1(a, hidden, ws);
     gemv::launch_gemm1(a, tokens, max_active, stream);
     if (stages < 3) return;
 
-    bind(a, w2_, config_.hidden, config_.intermediate);
-    a.act = static_cast<const uint16_t*>(ws.intermediate);
-    a.out = ws.expert_rows;
+    bind_gemm2(a, ws);
     a.combine_out = fused_combine ? out : nullptr;
     a.pair_row_out = ws.routing.pair_row;
     gemv::launch_gemm2(a, tokens, max_active, stream);
@@ -546,25 +535,38 @@ class GpuBackend final : public BackendImpl {
                       const BoundWorkspace& ws, cudaStream_t stream, int stages) const {
     if (stages < 2) return;
     gemv::StreamArgs s;
-    gemv::GemvArgs& a = s.g1;
-    bind_routing(a, ws);
-    a.sm_count = sm_count_;
-    a.logits = router_logits;
-    a.experts = config_.num_experts;
-    a.softmax_first = config_.routing == RoutingOrder::SoftmaxThenTopk;
-    a.renormalize = config_.renormalize;
-    a.local_route = true;
-    s.g2 = a;
-    bind(s.g1, w1_, static_cast<int>(2 * config_.intermediate), config_.hidden);
-    s.g1.act = hidden;
-    s.g1.out = ws.intermediate;
-    bind(s.g2, w2_, config_.hidden, config_.intermediate);
-    s.g2.act = static_cast<const uint16_t*>(ws.intermediate);
-    s.g2.out = ws.expert_rows;
+    s.g1 = s.g2 = gemv_args(ws, router_logits);
+    bind_gemm1(s.g1, hidden, ws);
+    bind_gemm2(s.g2, ws);
     s.g2.combine_out = out;
     s.counters = ws.stream_counters;
     s.phases = std::min(stages, MoeRunner::kAllStages) - 1;
     gemv::launch_stream(s, static_cast<int>(tokens), stream_plans_[tokens], stream);
+  }
+
+  // The GEMV arguments both GEMMs share: the routing, and the logits when the kernels route the
+  // tokens themselves (null otherwise).
+  gemv::GemvArgs gemv_args(const BoundWorkspace& ws, const float* logits) const {
+    gemv::GemvArgs a;
+    bind_routing(a, ws);
+    a.sm_count = sm_count_;
+    a.ksplit_override = ksplit_override_;
+    a.logits = logits;
+    a.experts = config_.num_experts;
+    a.softmax_first = config_.routing == RoutingOrder::SoftmaxThenTopk;
+    a.renormalize = config_.renormalize;
+    return a;
+  }
+  // GEMM1 reads the tokens and writes the bf16 intermediate; GEMM2 reads it and writes fp32 rows.
+  void bind_gemm1(gemv::GemvArgs& a, const uint16_t* hidden, const BoundWorkspace& ws) const {
+    bind(a, w1_, static_cast<int>(2 * config_.intermediate), config_.hidden);
+    a.act = hidden;
+    a.out = ws.intermediate;
+  }
+  void bind_gemm2(gemv::GemvArgs& a, const BoundWorkspace& ws) const {
+    bind(a, w2_, config_.hidden, config_.intermediate);
+    a.act = static_cast<const uint16_t*>(ws.intermediate);
+    a.out = ws.expert_rows;
   }
 
   static void bind(gemv::GemvArgs& a, const PackedMatrix& m, int n, int k) {

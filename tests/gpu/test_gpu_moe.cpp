@@ -10,6 +10,7 @@
 #include <optional>
 #include <cstring>
 #include <tuple>
+#include <utility>
 
 #include "gpu/gpu_test_support.hpp"
 #include "kernels/gemv/gemv.hpp"
@@ -509,20 +510,17 @@ TEST(GpuLayerErrors, RefusesTheNativeMxAtomOffSm12x) {
   expect_error_naming([&] { MoeRunner(cfg, layer.view(), gemv_options(4, Backend::Mx)); }, "'mx' needs an SM120/SM121");
 }
 
-TEST(GpuLayerErrors, RejectsAnUnknownFusedCombineLimit) {
+// A knob set to a value it does not take is an Error naming it.
+TEST(GpuLayerErrors, RejectsUnknownKnobValues) {
   MXMOE_SKIP_WITHOUT_GPU();
   const MoeConfig cfg = MoeConfig::tiny();
   const MoeLayerData layer = MoeLayerData::random(cfg, fresh_seed());
-  const ScopedEnv combine("MXMOE_FUSED_COMBINE_TOKENS", "9");
-  expect_error_naming([&] { MoeRunner(cfg, layer.view(), gemv_options(4)); }, "MXMOE_FUSED_COMBINE_TOKENS");
-}
-
-TEST(GpuLayerErrors, RejectsAnUnknownStreamSetting) {
-  MXMOE_SKIP_WITHOUT_GPU();
-  const MoeConfig cfg = MoeConfig::tiny();
-  const MoeLayerData layer = MoeLayerData::random(cfg, fresh_seed());
-  const ScopedEnv stream("MXMOE_GEMV_STREAM", "yes");
-  expect_error_naming([&] { MoeRunner(cfg, layer.view(), gemv_options(4)); }, "MXMOE_GEMV_STREAM");
+  const std::pair<const char*, const char*> knobs[] = {{"MXMOE_FUSED_COMBINE_TOKENS", "9"}, {"MXMOE_GEMV_STREAM", "yes"}};
+  for (const auto& [name, value] : knobs) {
+    SCOPED_TRACE(name);
+    const ScopedEnv knob(name, value);
+    expect_error_naming([&] { MoeRunner(cfg, layer.view(), gemv_options(4)); }, name);
+  }
 }
 
 TEST(GpuLayerErrors, RejectsHostPointersAndSmallWorkspace) {
