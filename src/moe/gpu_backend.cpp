@@ -18,6 +18,7 @@
 #include "kernels/gemv/gemv_layout.hpp"
 #include "kernels/gemv/slice_layout.hpp"
 #include "kernels/mma/mma_gemm.hpp"
+#include "kernels/mma/permute_words.hpp"
 #include "kernels/mma/mx_gemm.hpp"
 #include "routing/expand.hpp"
 #include "moe/backend.hpp"
@@ -188,9 +189,16 @@ class GpuBackend final : public BackendImpl {
     mtiles_override_ = env_choice("MXMOE_MMA_MTILES", {1, 2, 4, mma::kWideMTiles});
     MXMOE_REQUIRE(mtiles_override_ == 0 || mma::m_tiles_supported(mtiles_override_), "MXMOE_MMA_MTILES: ",
                   mtiles_override_, " is not built in this (minimal) profile");
-    MXMOE_REQUIRE(mtiles_override_ != mma::kWideMTiles || wide_tile_ok_, "MXMOE_MMA_MTILES: the 128-row tile needs ",
+    // Tuning knob: the swap-AB form of the tensor-core tile (with MXMOE_MMA_MTILES 2, 4 or 8, or the rule's).
+    swap_override_ = env_choice("MXMOE_MMA_SWAP_AB", {0, 1}) == 1;
+    MXMOE_REQUIRE(!swap_override_ || mma::swap_supported(4), "MXMOE_MMA_SWAP_AB: the swap-AB tiles are not built ",
+                  "in this (minimal) profile");
+    MXMOE_REQUIRE(!swap_override_ || mtiles_override_ == 0 || mma::swap_supported(mtiles_override_),
+                  "MXMOE_MMA_SWAP_AB: the swap-AB tiles have MXMOE_MMA_MTILES 2, 4 or 8, got ", mtiles_override_);
+    MXMOE_REQUIRE(mtiles_override_ != mma::kWideMTiles || wide_tile_ok_ || swap_override_,
+                  "MXMOE_MMA_MTILES: the 128-row tile needs ",
                   "a Hopper GPU (compute capability 9.x) with ", mma::wide_smem_bytes(),
-                  " bytes of shared memory per block");
+                  " bytes of shared memory per block (or MXMOE_MMA_SWAP_AB=1)");
     // The measured preference table (bench --tune), when MXMOE_TUNE_FILE names one for this device
     // and shape; a table for another device or shape is ignored, a malformed one is an Error.
     if (const char* path = std::getenv("MXMOE_TUNE_FILE"); path != nullptr && *path != '\0') {
@@ -292,9 +300,12 @@ class GpuBackend final : public BackendImpl {
              " 64x256x128 tiles, MXFP8 expand (RCEIL) before gemm1, " +
              (mx_expand_intermediate_ ? "fp32 intermediate + MXFP8 expand before gemm2" : "MXFP8 epilogue in gemm1");
     if (uses_mma(tokens)) {
-      const int m_tiles = m_tiles_for(tokens);
-      const bool wide = m_tiles == mma::kWideMTiles;
-      return "mma bf16 " + std::to_string(mma::block_m(m_tiles)) + "x" +
+      const mma::MmaTile tile = mma_tile_for(tokens);
+      const bool wide = tile.m_tiles == mma::kWideMTiles && !tile.swap_ab;
+      if (tile.swap_ab)  // weights on the MMA's M side: M (weight rows) x N (rows of an expert) x K
+        return "mma bf16 swap-AB " + std::to_string(tile.m_tiles == 8 ? 128 : mma::kBlockN) + "x" +
+               std::to_string(mma::block_m(tile.m_tiles)) + "x128 tiles, both gemms" + (tune_ ? " (tune table)" : "");
+      return "mma bf16 " + std::to_string(mma::block_m(tile.m_tiles)) + "x" +
              std::to_string(wide ? mma::kWideBlockN : mma::kBlockN) + "x128 tiles" +
              (wide ? " (weights decoded to shared memory)" : "") + ", both gemms" + (tune_ ? " (tune table)" : "");
     }
@@ -363,27 +374,33 @@ class GpuBackend final : public BackendImpl {
   }
 
   // The tensor-core family when forced, or (Auto) from kMmaMinRows rows per expert on: below, the
-  // GEMV family streams each weight once per 8 or 16 rows cheaply enough; above, the tensor-core
-  // tile decodes each weight once per 32 rows. Measured on an H200 (bench --tune, docs/perf-log.md):
-  // the 16-row GEMV batch wins up to 16 rows per expert (gpt-oss-120b T = 512: 971 vs 1026 us;
-  // gpt-oss-20b T = 128: 272 vs 290 us), the 32-row tensor-core tile from 24 (20b T = 192: 296 vs 352).
-  static constexpr double kMmaMinRows = 20.0;
+  // GEMV family streams each weight once per 8 or 16 rows cheaply enough; above, the swap-AB tiles
+  // decode each weight once per 32 or 64 rows. Measured on an H200 (bench --tune, docs/perf-log.md,
+  // gpt-oss-120b): 8 rows per expert (T = 256) the 16-row GEMV batch 666 us, the 32-row swap tile 768;
+  // 16 rows (T = 512) 961 against 865.
+  static constexpr double kMmaMinRows = 12.0;
   bool uses_mma(int64_t tokens) const {
     if (mode_ == Backend::Mma) return true;
     if (mode_ != Backend::Auto || !mma_ok_) return false;
     return tune_ ? tune_->plan_for(rows_per_expert(tokens)).mma : rows_per_expert(tokens) >= kMmaMinRows;
   }
 
-  // The tensor-core tile: forced (MXMOE_MMA_MTILES), else the tune table's (when built here), else
-  // the rule of mma::m_tiles_for.
-  int m_tiles_for(int64_t tokens) const {
-    if (mtiles_override_ > 0) return mtiles_override_;
+  // The tensor-core tile: forced (MXMOE_MMA_MTILES, MXMOE_MMA_SWAP_AB), else the tune table's (when
+  // built here), else the rule of mma::tile_for.
+  mma::MmaTile mma_tile_for(int64_t tokens) const {
+    if (mtiles_override_ > 0 || swap_override_) {
+      mma::MmaTile tile = mma::tile_for(rows_per_expert(tokens));
+      if (mtiles_override_ > 0) tile.m_tiles = mtiles_override_;
+      tile.swap_ab = swap_override_;
+      return tile;
+    }
     if (tune_) {
       const TunePlan& p = tune_->plan_for(rows_per_expert(tokens));
-      if (p.mma && mma::m_tiles_supported(p.m_tiles) && (p.m_tiles != mma::kWideMTiles || wide_tile_ok_))
-        return p.m_tiles;
+      const bool built = p.swap_ab ? mma::swap_supported(p.m_tiles)
+                                   : mma::m_tiles_supported(p.m_tiles) && (p.m_tiles != mma::kWideMTiles || wide_tile_ok_);
+      if (p.mma && built) return {p.m_tiles, p.swap_ab};
     }
-    return mma::m_tiles_for(rows_per_expert(tokens));
+    return mma::tile_for(rows_per_expert(tokens));
   }
 
   void forward_mma(const uint16_t* hidden, const float* router_logits, int64_t tokens, uint16_t* out,
@@ -391,18 +408,23 @@ class GpuBackend final : public BackendImpl {
     routing::route_and_permute(config_, router_logits, tokens, ws.routing, stream);
     if (stages < 2) return;
     const int max_active = static_cast<int>(std::min<int64_t>(config_.num_experts, tokens * config_.top_k));
-    const int m_tiles = m_tiles_for(tokens);
+    const mma::MmaTile tile = mma_tile_for(tokens);
     mma::MmaArgs a;
+    a.swap_ab = tile.swap_ab;
     bind_routing(a, ws);
     bind_mma(a, w1_, static_cast<int>(2 * config_.intermediate), config_.hidden);
     a.act = hidden;
+    if (tile.swap_ab) {  // the swap-AB tiles read their activations in the decode's pair order
+      mma::permute_words(hidden, ws.permuted_hidden, tokens * config_.hidden, stream);
+      a.act = ws.permuted_hidden;
+    }
     a.out = ws.intermediate;
-    mma::launch_gemm1(a, tokens, max_active, m_tiles, stream);
+    mma::launch_gemm1(a, tokens, max_active, tile.m_tiles, stream);
     if (stages < 3) return;
     bind_mma(a, w2_, config_.hidden, config_.intermediate);
     a.act = static_cast<const uint16_t*>(ws.intermediate);
     a.out = ws.expert_rows;
-    mma::launch_gemm2(a, tokens, max_active, m_tiles, stream);
+    mma::launch_gemm2(a, tokens, max_active, tile.m_tiles, stream);
     if (stages < 4) return;
     routing::combine_rows(ws.expert_rows, ws.routing.pair_row, tokens, config_.top_k, config_.hidden, out, stream);
   }
@@ -432,7 +454,9 @@ class GpuBackend final : public BackendImpl {
     }
     // The fp32 intermediate only exists for the second expand; the MXFP8 epilogue skips it.
     const size_t intermediate_bytes = !mx_mode() ? 2 : mx_expand_intermediate_ ? 4 : 0;
-    return WorkspaceLayout(config_, tokens, floats, mx, intermediate_bytes);
+    // The tensor-core family's swap-AB tiles read a permuted copy of the hidden states.
+    const bool permute_hidden = (mode_ == Backend::Auto || mode_ == Backend::Mma) && mma_ok_ && mma::swap_supported(4);
+    return WorkspaceLayout(config_, tokens, floats, mx, intermediate_bytes, permute_hidden);
   }
 
   bool mx_mode() const { return mode_ == Backend::MxEmulated || mode_ == Backend::Mx; }
@@ -613,6 +637,7 @@ class GpuBackend final : public BackendImpl {
   bool stream_on_ = false;  // the streamed decode kernel serves T <= kLocalRouteTokens
   std::array<gemv::StreamPlan, gemv::kLocalRouteTokens + 1> stream_plans_{};
   int mtiles_override_ = 0;
+  bool swap_override_ = false;
   bool wide_tile_ok_ = false;  // the 128-row tensor-core tile is built and fits this device
   std::optional<TuneTable> tune_;
 };

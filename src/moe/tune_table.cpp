@@ -67,6 +67,12 @@ TuneTable parse_tune_table(const std::string& json_text, const std::string& sour
       plan.m_tiles = field(p, "m_tiles", 0, where.c_str());
       MXMOE_REQUIRE(plan.m_tiles == 1 || plan.m_tiles == 2 || plan.m_tiles == 4 || plan.m_tiles == 8, source, ": ",
                     where, ".m_tiles must be 1, 2, 4 or 8, got ", plan.m_tiles);
+      if (p.contains("swap_ab")) {
+        MXMOE_REQUIRE(p.at("swap_ab").is_boolean(), source, ": ", where, ".swap_ab must be true or false");
+        plan.swap_ab = p.at("swap_ab").get<bool>();
+        MXMOE_REQUIRE(!plan.swap_ab || plan.m_tiles != 1, source, ": ", where,
+                      ".swap_ab: the swap-AB tiles have m_tiles 2, 4 or 8, got 1");
+      }
     } else if (p.contains("batch_rows")) {
       plan.batch_rows = field(p, "batch_rows", 0, where.c_str());
       MXMOE_REQUIRE(plan.batch_rows == 8 || plan.batch_rows == 16, source, ": ", where,
@@ -98,8 +104,10 @@ std::string tune_table_to_json(const TuneTable& t) {
     nlohmann::ordered_json p;
     if (i + 1 < t.plans.size()) p["max_rows_per_expert"] = t.plans[i].max_rows_per_expert;
     p["family"] = t.plans[i].mma ? "mma" : "gemv";
-    if (t.plans[i].mma) p["m_tiles"] = t.plans[i].m_tiles;
-    else if (t.plans[i].batch_rows != 8) p["batch_rows"] = t.plans[i].batch_rows;
+    if (t.plans[i].mma) {
+      p["m_tiles"] = t.plans[i].m_tiles;
+      if (t.plans[i].swap_ab) p["swap_ab"] = true;
+    } else if (t.plans[i].batch_rows != 8) p["batch_rows"] = t.plans[i].batch_rows;
     j["plans"].push_back(p);
   }
   return j.dump(2) + "\n";

@@ -28,6 +28,9 @@ struct BoundWorkspace {
   uint8_t* mx_scales;
   uint8_t* mx_codes2;
   uint8_t* mx_scales2;
+  // The swap-AB tiles: hidden [T, H] bf16 with each 8-element word in the Bf16Atom's pair order
+  // (mma/act_stage.cuh), GEMM1's input.
+  uint16_t* permuted_hidden;
 };
 
 // The MX backends' MXFP8 buffers: GEMM1's input (K = H, or max(H, I) when the second expand reuses
@@ -39,12 +42,14 @@ struct MxBufferBytes {
 struct WorkspaceLayout {
   size_t stream_counters = 0, expert_ids = 0, pair_weights = 0, expert_offsets = 0, active_experts = 0, active_count = 0, row_pair = 0,
          pair_row = 0, global_counts = 0, intermediate = 0, expert_rows = 0, decode_partials = 0, pair_slot = 0,
-         slot_expert = 0, combine_counters = 0, mx_codes = 0, mx_scales = 0, mx_codes2 = 0, mx_scales2 = 0, total = 0;
+         slot_expert = 0, combine_counters = 0, mx_codes = 0, mx_scales = 0, mx_codes2 = 0, mx_scales2 = 0,
+         permuted_hidden = 0, total = 0;
 
   // decode_floats: the fused decode path's partial sums for this T (0 when it is not used);
-  // mx: the MX backends' MXFP8 buffers (0 otherwise).
+  // mx: the MX backends' MXFP8 buffers (0 otherwise); permute_hidden: room for the swap-AB tiles'
+  // permuted copy of the hidden states.
   WorkspaceLayout(const MoeConfig& config, int64_t tokens, size_t decode_floats = 0, const MxBufferBytes& mx = {},
-                  size_t intermediate_elem_bytes = 2) {
+                  size_t intermediate_elem_bytes = 2, bool permute_hidden = false) {
     const auto pairs = static_cast<size_t>(tokens * config.top_k);
     const auto experts = static_cast<size_t>(config.num_experts);
     auto take = [this](size_t bytes) {
@@ -71,6 +76,7 @@ struct WorkspaceLayout {
     mx_scales = take(mx.scales);
     mx_codes2 = take(mx.codes2);
     mx_scales2 = take(mx.scales2);
+    permuted_hidden = take(permute_hidden ? static_cast<size_t>(tokens) * static_cast<size_t>(config.hidden) * 2 : 0);
   }
 
   BoundWorkspace bind(void* base) const {
@@ -96,6 +102,7 @@ struct WorkspaceLayout {
     w.mx_scales = b + mx_scales;
     w.mx_codes2 = b + mx_codes2;
     w.mx_scales2 = b + mx_scales2;
+    w.permuted_hidden = reinterpret_cast<uint16_t*>(b + permuted_hidden);
     return w;
   }
 };

@@ -18,11 +18,12 @@ const char* kTable = R"({"device": "NVIDIA H200", "compute_capability": "9.0",
   "plans": [{"max_rows_per_expert": 2.8, "family": "gemv"},
             {"max_rows_per_expert": 5.6, "family": "gemv", "batch_rows": 16},
             {"max_rows_per_expert": 22.6, "family": "mma", "m_tiles": 1},
-            {"family": "mma", "m_tiles": 4}]})";
+            {"max_rows_per_expert": 40.0, "family": "mma", "m_tiles": 4},
+            {"family": "mma", "m_tiles": 4, "swap_ab": true}]})";
 
 TEST(TuneTable, SelectsThePlanOfTheRowsPerExpert) {
   const TuneTable t = parse_tune_table(kTable, "test");
-  ASSERT_EQ(t.plans.size(), 4u);
+  ASSERT_EQ(t.plans.size(), 5u);
   EXPECT_FALSE(t.plan_for(1.0).mma);
   EXPECT_EQ(t.plan_for(1.0).batch_rows, 8);  // absent: 8
   EXPECT_EQ(t.plan_for(2.9).batch_rows, 16);
@@ -30,7 +31,9 @@ TEST(TuneTable, SelectsThePlanOfTheRowsPerExpert) {
   EXPECT_TRUE(t.plan_for(5.7).mma);
   EXPECT_EQ(t.plan_for(8.0).m_tiles, 1);
   EXPECT_EQ(t.plan_for(22.7).m_tiles, 4);
+  EXPECT_FALSE(t.plan_for(22.7).swap_ab);  // absent: false
   EXPECT_EQ(t.plan_for(1e9).m_tiles, 4);
+  EXPECT_TRUE(t.plan_for(1e9).swap_ab);
   EXPECT_TRUE(t.matches("NVIDIA H200", "9.0", MoeConfig::gpt_oss_120b()));
   EXPECT_FALSE(t.matches("NVIDIA H100 80GB HBM3", "9.0", MoeConfig::gpt_oss_120b()));
   EXPECT_FALSE(t.matches("NVIDIA H200", "9.0", MoeConfig::gpt_oss_20b()));
@@ -43,6 +46,7 @@ TEST(TuneTable, RoundTripsThroughJson) {
   for (size_t i = 0; i < t.plans.size(); ++i) {
     EXPECT_EQ(back.plans[i].mma, t.plans[i].mma);
     EXPECT_EQ(back.plans[i].m_tiles, t.plans[i].m_tiles);
+    EXPECT_EQ(back.plans[i].swap_ab, t.plans[i].swap_ab);
     EXPECT_EQ(back.plans[i].batch_rows, t.plans[i].batch_rows);
     EXPECT_DOUBLE_EQ(back.plans[i].max_rows_per_expert, t.plans[i].max_rows_per_expert);
   }
@@ -68,8 +72,13 @@ TEST(TuneTable, RefusesMalformedTablesByField) {
   test::expect_error_naming([&] { parse_tune_table(with(R"("batch_rows": 16)", R"("batch_rows": 32)"), "t"); },
                             "plans[1].batch_rows");
   test::expect_error_naming([&] { parse_tune_table(with("22.6", "5.0"), "t"); }, "increasing");
+  test::expect_error_naming([&] { parse_tune_table(with(R"("swap_ab": true)", R"("swap_ab": 1)"), "t"); },
+                            "plans[4].swap_ab must be true or false");
   test::expect_error_naming(
-      [&] { parse_tune_table(with(R"({"family": "mma", "m_tiles": 4})", R"({"max_rows_per_expert": 90, "family": "mma", "m_tiles": 4})"), "t"); },
+      [&] { parse_tune_table(with(R"("m_tiles": 1})", R"("m_tiles": 1, "swap_ab": true})"), "t"); },
+      "plans[2].swap_ab");
+  test::expect_error_naming(
+      [&] { parse_tune_table(with(R"({"family": "mma", "m_tiles": 4, "swap_ab": true})", R"({"max_rows_per_expert": 90, "family": "mma", "m_tiles": 4})"), "t"); },
       "last plan");
   test::expect_error_naming(
       [] { parse_tune_table(R"({"device": "x", "compute_capability": "9.0", "shape": {"experts": 1, "top_k": 1, "hidden": 32, "intermediate": 32}, "plans": []})", "t"); },
@@ -83,7 +92,7 @@ TEST(TuneTable, LoadsOnlyWhenTheFileExists) {
   std::ofstream(path) << kTable;
   const auto t = load_tune_table(path);
   ASSERT_TRUE(t.has_value());
-  EXPECT_EQ(t->plans.size(), 4u);
+  EXPECT_EQ(t->plans.size(), 5u);
   std::ofstream(path) << "[]";
   test::expect_error_naming([&] { load_tune_table(path); }, path);
   std::remove(path.c_str());

@@ -467,6 +467,32 @@ TEST(GpuLayerVariants, EveryTensorCoreTileMatchesReference) {
   }
 }
 
+// Every swap-AB tile (MXMOE_MMA_SWAP_AB=1 with MXMOE_MMA_MTILES 2, 4, 8: weights on the MMA's M side,
+// 32, 64 or 128 rows of an expert on N, n8 groups past an expert's rows skipped) against the reference.
+TEST(GpuLayerVariants, EverySwapTileMatchesReference) {
+  MXMOE_SKIP_WITHOUT_GPU();
+  for (const int m_tiles : {2, 4, 8}) {
+    if (!mma::swap_supported(m_tiles)) continue;
+    for (const InputCase& c : kVariantCases) {
+      const uint64_t seed = fresh_seed();
+      SCOPED_TRACE("MXMOE_MMA_SWAP_AB=1, MXMOE_MMA_MTILES=" + std::to_string(m_tiles) + ", " + describe(c, seed));
+      const LayerInputs in = make_inputs(c, seed);
+      const ScopedEnv knob("MXMOE_MMA_MTILES", std::to_string(m_tiles).c_str()), swap("MXMOE_MMA_SWAP_AB", "1");
+      const MoeRunner runner(in.cfg, in.layer.view(), gemv_options(c.tokens, Backend::Mma));
+      ASSERT_NE(runner.describe_plan(c.tokens).find("swap-AB " + std::to_string(m_tiles == 8 ? 128 : 256) + "x" +
+                                                    std::to_string(mma::block_m(m_tiles)) + "x"),
+                std::string::npos)
+          << runner.describe_plan(c.tokens);
+      const auto out = run_on_gpu(runner, in.hidden, in.logits, c.tokens);
+      const ErrorStats e = compare(out, in.reference());
+      EXPECT_EQ(e.nan_count, 0) << "unwritten or non-finite outputs";
+      EXPECT_LE(e.rel, 1e-2) << "worst element " << e.worst;
+      EXPECT_EQ(out, run_graph_replay(runner, in.hidden, in.logits, c.tokens)) << "graph replay differs from eager";
+      EXPECT_EQ(out, run_on_gpu(runner, in.hidden, in.logits, c.tokens)) << "two runs differ";
+    }
+  }
+}
+
 // MXMOE_GEMV_BATCH: a width that is not built, or the wide batch with a forced 3-stage ring (it runs
 // 2 stages only), is refused by name.
 TEST(GpuLayerErrors, RefusesGemvBatchesThatCannotRun) {
@@ -515,11 +541,16 @@ TEST(GpuLayerErrors, RejectsUnknownKnobValues) {
   MXMOE_SKIP_WITHOUT_GPU();
   const MoeConfig cfg = MoeConfig::tiny();
   const MoeLayerData layer = MoeLayerData::random(cfg, fresh_seed());
-  const std::pair<const char*, const char*> knobs[] = {{"MXMOE_FUSED_COMBINE_TOKENS", "9"}, {"MXMOE_GEMV_STREAM", "yes"}};
+  const std::pair<const char*, const char*> knobs[] = {
+      {"MXMOE_FUSED_COMBINE_TOKENS", "9"}, {"MXMOE_GEMV_STREAM", "yes"}, {"MXMOE_MMA_SWAP_AB", "2"}};
   for (const auto& [name, value] : knobs) {
     SCOPED_TRACE(name);
     const ScopedEnv knob(name, value);
     expect_error_naming([&] { MoeRunner(cfg, layer.view(), gemv_options(4)); }, name);
+  }
+  if (mma::swap_supported(2)) {  // the 16-row tile has no swap-AB form
+    const ScopedEnv tiles("MXMOE_MMA_MTILES", "1"), swap("MXMOE_MMA_SWAP_AB", "1");
+    expect_error_naming([&] { MoeRunner(cfg, layer.view(), gemv_options(4, Backend::Mma)); }, "MXMOE_MMA_SWAP_AB");
   }
 }
 

@@ -167,7 +167,8 @@ void progress(size_t done, size_t total, const std::string& what) {
 }
 
 // --tune: every batch size timed with each kernel family and tile the planner can choose (GEMV with
-// 8- and 16-row batches; the tensor-core family with 16, 32, 64 and 128-row tiles), the fastest kept, and the choices written as the
+// 8- and 16-row batches; the tensor-core family with 16, 32, 64 and 128-row tiles and the swap-AB
+// tiles of 32, 64 and 128 rows), the fastest kept, and the choices written as the
 // preference table (moe/tune_table.hpp) that the runner reads from MXMOE_TUNE_FILE. Boundaries between
 // choices sit at the geometric mean of the rows per expert of the batch sizes on either side.
 void write_tune_table(const BenchOptions& o, const MoeConfig& cfg, const GpuInfo& gpu, const MoeLayerData& host,
@@ -178,13 +179,17 @@ void write_tune_table(const BenchOptions& o, const MoeConfig& cfg, const GpuInfo
     Backend backend;
     int m_tiles;     // 0: the GEMV family
     int batch_rows;  // the GEMV family's batch
+    bool swap_ab;    // the swap-AB form of the tensor-core tile
   };
-  const Candidate candidates[] = {{"gemv", Backend::Gemv, 0, 8},
-                                  {"gemv b16", Backend::Gemv, 0, gemv::kWideBatchRows},
-                                  {"mma m16", Backend::Mma, 1, 8},
-                                  {"mma m32", Backend::Mma, 2, 8},
-                                  {"mma m64", Backend::Mma, 4, 8},
-                                  {"mma m128", Backend::Mma, mma::kWideMTiles, 8}};
+  const Candidate candidates[] = {{"gemv", Backend::Gemv, 0, 8, false},
+                                  {"gemv b16", Backend::Gemv, 0, gemv::kWideBatchRows, false},
+                                  {"mma m16", Backend::Mma, 1, 8, false},
+                                  {"mma m32", Backend::Mma, 2, 8, false},
+                                  {"mma m64", Backend::Mma, 4, 8, false},
+                                  {"mma m128", Backend::Mma, mma::kWideMTiles, 8, false},
+                                  {"swap n32", Backend::Mma, 2, 8, true},
+                                  {"swap n64", Backend::Mma, 4, 8, true},
+                                  {"swap n128", Backend::Mma, 8, 8, true}};
   std::vector<int64_t> tokens;
   for (const int64_t t : o.tokens)
     if (t > 0) tokens.push_back(t);
@@ -199,8 +204,11 @@ void write_tune_table(const BenchOptions& o, const MoeConfig& cfg, const GpuInfo
   ropt.use_env = false;
   std::vector<std::vector<double>> us(std::size(candidates), std::vector<double>(tokens.size(), INFINITY));
   for (size_t c = 0; c < std::size(candidates); ++c) {
-    if (candidates[c].m_tiles > 0 && !mma::m_tiles_supported(candidates[c].m_tiles)) continue;
+    if (candidates[c].m_tiles > 0 && !(candidates[c].swap_ab ? mma::swap_supported(candidates[c].m_tiles)
+                                                               : mma::m_tiles_supported(candidates[c].m_tiles)))
+      continue;
     if (candidates[c].m_tiles > 0) setenv("MXMOE_MMA_MTILES", std::to_string(candidates[c].m_tiles).c_str(), 1);
+    if (candidates[c].swap_ab) setenv("MXMOE_MMA_SWAP_AB", "1", 1);
     if (candidates[c].m_tiles == 0) setenv("MXMOE_GEMV_BATCH", std::to_string(candidates[c].batch_rows).c_str(), 1);
     ropt.backend = candidates[c].backend;
     std::vector<MoeRunner> runners;
@@ -211,6 +219,7 @@ void write_tune_table(const BenchOptions& o, const MoeConfig& cfg, const GpuInfo
       runners.clear();
     }
     unsetenv("MXMOE_MMA_MTILES");
+    unsetenv("MXMOE_MMA_SWAP_AB");
     unsetenv("MXMOE_GEMV_BATCH");
     if (runners.empty()) continue;
     DevBuf ws(std::max<size_t>(runners[0].workspace_bytes(), 1));
@@ -231,7 +240,9 @@ void write_tune_table(const BenchOptions& o, const MoeConfig& cfg, const GpuInfo
   table.top_k = cfg.top_k;
   table.hidden = cfg.hidden;
   table.intermediate = cfg.intermediate;
-  std::cout << "tune: us per layer (gemv, gemv b16, mma m16, mma m32, mma m64, mma m128) -> choice\n";
+  std::cout << "tune: us per layer (";
+  for (size_t c = 0; c < std::size(candidates); ++c) std::cout << (c ? ", " : "") << candidates[c].name;
+  std::cout << ") -> choice\n";
   int previous = -1;
   for (size_t ti = 0; ti < tokens.size(); ++ti) {
     int best = 0;
@@ -247,6 +258,7 @@ void write_tune_table(const BenchOptions& o, const MoeConfig& cfg, const GpuInfo
       plan.mma = candidates[best].m_tiles > 0;
       plan.m_tiles = plan.mma ? candidates[best].m_tiles : 4;
       plan.batch_rows = candidates[best].batch_rows;
+      plan.swap_ab = candidates[best].swap_ab;
       table.plans.push_back(plan);
       previous = best;
     }

@@ -2,8 +2,12 @@
 // The K loop of the tensor-core family: a kStages-deep cp.async ring over chunks of K. Chunk c's
 // stage is requested kStages - 1 chunks ahead, so while chunk c is computed, chunks c + 1 ..
 // c + kStages - 1 are in flight (the weights stream from HBM; depth is what hides their latency).
-// Shared by the Bf16Atom and MX kernels: load(stage, chunk) issues the cp.async copies of one chunk
-// (every thread the same number of commits), compute(stage) consumes one.
+// One block barrier per chunk: after it, chunk c has landed for every thread and every warp is done
+// with chunk c - 1, whose stage is then refilled (a second barrier after the compute, as there was,
+// made every warp wait for the slowest twice per chunk: the profile's largest stall).
+// Shared by the tensor-core kernels: load(stage, chunk) issues the cp.async copies of one chunk
+// (every thread the same number of commits), compute(stage) consumes one. The caller synchronises
+// before it reuses the stages' shared memory.
 #include "kernels/common/cp_async.cuh"
 
 namespace mxmoe::mma {
@@ -17,14 +21,12 @@ __device__ __forceinline__ void run_chunk_pipeline(int chunks, Load&& load, Comp
     kernels::cp_async_commit();
   }
   for (int c = 0; c < chunks; ++c) {
-    // The stage chunk c + kStages - 1 refills was last read by chunk c - 1: freed by the sync below.
-    const int next = c + kStages - 1;
+    kernels::cp_async_wait<kStages - 2>();  // chunk c's group (the (c + 1)-th committed) has landed
+    __syncthreads();                        // ... for every thread; chunk c - 1 is done everywhere
+    const int next = c + kStages - 1;       // its stage is chunk c - 1's
     if (next < chunks) load(next % kStages, next);
     kernels::cp_async_commit();
-    kernels::cp_async_wait<kStages - 1>();  // chunk c's group (the (c + 1)-th committed) has landed
-    __syncthreads();                        // ... for every thread's copies
     compute(c % kStages);
-    __syncthreads();                        // nobody still reads the stage the next iteration refills
   }
 }
 

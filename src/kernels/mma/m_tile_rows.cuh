@@ -29,15 +29,25 @@ __device__ __forceinline__ bool begin_m_tile(const MmaArgs& a, routing::MTile& t
 }
 
 // Chunk c of the m-tile's activations (16 groups of 8 bf16 per row) by cp.async, group gr of row r to
-// place(r, gr) in shared memory. Padding rows and K past the end read as zeros.
+// place(r, gr) in shared memory. Padding rows and K past the end read as zeros. A fixed trip count
+// (unrolled): a loop from threadIdx.x compiled to a generic loop with a remainder, four times the
+// instructions of the copies themselves.
 template <int kBlockM, int kThreads, class Place>
 __device__ __forceinline__ void load_act_chunk(const MmaArgs& a, const int64_t (&src_row)[kBlockM], int c,
                                                Place&& place) {
-  for (int i = threadIdx.x; i < kBlockM * 16; i += kThreads) {
-    const int r = i >> 4, gr = i & 15;
-    const int kk = c * gemv::kChunkK + gr * 8;
+  constexpr int kGranules = kBlockM * 16;
+  static_assert(kGranules % kThreads == 0 || kThreads % kGranules == 0, "whole rounds of the block's threads");
+  constexpr int kRounds = (kGranules + kThreads - 1) / kThreads;
+  const int gr = threadIdx.x & 15;
+  const int kk = c * gemv::kChunkK + gr * 8;
+  const bool in_k = kk < a.k;
+#pragma unroll 1
+  for (int round = 0; round < kRounds; ++round) {
+    const int i = threadIdx.x + round * kThreads;
+    if (kGranules < kThreads && i >= kGranules) break;
+    const int r = i >> 4;
     const int64_t src = src_row[r];
-    const bool valid = src >= 0 && kk < a.k;
+    const bool valid = src >= 0 && in_k;
     kernels::cp_async_16(place(r, gr), a.act + (valid ? src + kk : 0), valid);
   }
 }

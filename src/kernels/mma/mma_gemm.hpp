@@ -21,6 +21,7 @@ struct MmaArgs : kernels::GroupedWeights, kernels::GroupedRouting {
   const uint16_t* act = nullptr;     // GEMM1: hidden [T, H]; GEMM2: intermediate [rows, I]
   void* out = nullptr;               // GEMM1: bf16 [rows, I]; GEMM2: fp32 [rows, H]
   bool wide_scales = false;          // some scale byte is > 128 or 0xFF: the general multiplier path
+  bool swap_ab = false;              // the swap-AB tiles (weights on the MMA's M side): swap_gemm_kernel.cu
 };
 
 inline constexpr int kBlockN = 256;      // weight rows per block (8 warps x 32)
@@ -31,9 +32,13 @@ __host__ __device__ constexpr int block_m(int m_tiles) { return 16 * m_tiles; }
 inline constexpr int kWideMTiles = 8;
 inline constexpr int kWideBlockN = 128;
 
-// The m16 tiles per block (1, 2 or 4) for experts of about `rows_per_expert` rows: the fewest padded
-// rows first, then the larger tile.
-int m_tiles_for(double rows_per_expert);
+// A tile of the family: its rows of one expert (16 * m_tiles) and its form.
+struct MmaTile {
+  int m_tiles;
+  bool swap_ab;
+};
+// The planner's tile for experts of about `rows_per_expert` rows (without a tune table).
+MmaTile tile_for(double rows_per_expert);
 // Whether this build has the tile (the minimal profile has only 4).
 bool m_tiles_supported(int m_tiles);
 // The 128-row tile: its shared memory, whether it runs on a device (compute capability major 9 and
@@ -44,7 +49,19 @@ void configure_wide();
 template <bool kGemm1>
 void launch_wide(const MmaArgs& args, int64_t tokens, int max_active, cudaStream_t stream);
 
-// Dynamic shared memory of one block (its pipeline stages of activations and weights), and whether it fits.
+// The swap-AB tiles (swap_gemm_kernel.cu): the same block rows of one expert (16 * m_tiles, m_tiles 2,
+// 4 or 8), but the weights on the MMA's M side and the rows on N, so each decoded weight fragment
+// feeds one MMA per 8 rows (2 m_tiles of them) instead of one per 16 with the decode twice as often.
+// 256 weight rows per block (128 for m_tiles 8, whose 8 warps split the rows in two halves of 64).
+bool swap_supported(int m_tiles);
+size_t swap_smem_bytes(int m_tiles);
+bool swap_fits(size_t smem_per_block_optin);  // part of fits() and configure()
+void configure_swap();
+template <bool kGemm1>
+void launch_swap(const MmaArgs& args, int64_t tokens, int max_active, int m_tiles, cudaStream_t stream);
+
+// Dynamic shared memory of one block (its pipeline stages of activations and weights), and whether
+// every tile (the swap-AB ones too) fits.
 size_t smem_bytes(int m_tiles);
 bool fits(size_t smem_per_block_optin);
 // Lets every kernel variant use the device's opt-in shared memory (idempotent).

@@ -18,6 +18,7 @@
 #include "kernels/common/pdl_launch.cuh"
 #include "kernels/gemv/gemv_device.cuh"
 #include "kernels/gemv/gemv_layout.hpp"
+#include "kernels/mma/act_stage.cuh"
 #include "kernels/mma/bf16_atom.cuh"
 #include "kernels/mma/chunk_pipeline.cuh"
 #include "kernels/mma/epilogue.cuh"
@@ -34,27 +35,13 @@ constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kTilesPerBlock = kBlockN / gemv::kTileRows;                // 16
 constexpr int kWeightStageBytes = kTilesPerBlock * gemv::kChunkBytes;     // 17408
-// One staged activation row of a chunk: 128 bf16, plus 64 bytes so rows g and g+1 fall 4 bank quads apart.
-constexpr int kRowBytes = gemv::kChunkK * 2 + 64;
-__host__ __device__ constexpr int act_stage_bytes(int m_tiles) { return block_m(m_tiles) * kRowBytes; }
+__host__ __device__ constexpr int act_stage_bytes(int m_tiles) { return staged_rows_bytes(block_m(m_tiles)); }
 __host__ __device__ constexpr int stage_bytes(int m_tiles) { return act_stage_bytes(m_tiles) + kWeightStageBytes; }
 // Pipeline depth. 4/3 stages for the 16/32-row tiles (still inside SM120's 99 KB) measured no faster
 // on an H200 (T = 256 the same, T = 1024 3% slower, docs/perf-log.md): these tiles are not bound by
 // load latency (the profile: barrier stalls and the decode's issue). Two stages: 44, 54 and 74 KB.
 constexpr int kStages = 2;
 static_assert(kStages * stage_bytes(kMaxMTiles) <= 101376, "every tile fits SM120's 99 KB of shared memory");
-
-// Where 16-byte group (block b, word w) of a chunk sits in a staged row: for one w, lanes t = 0..3 of
-// rows g and g+1 then read 8 distinct bank quads.
-__device__ __forceinline__ int granule_slot(int b, int w) { return (w >> 1) * 8 + (w & 1) * 4 + b; }
-
-// 8 bf16 (elements 0..7 of a word) -> the decode's pair order (3,7), (2,6), (1,5), (0,4).
-__device__ __forceinline__ void to_pairs(const uint4& x, uint32_t (&p)[4]) {
-  p[0] = __byte_perm(x.y, x.w, 0x7632);
-  p[1] = __byte_perm(x.y, x.w, 0x5410);
-  p[2] = __byte_perm(x.x, x.z, 0x7632);
-  p[3] = __byte_perm(x.x, x.z, 0x5410);
-}
 
 // Two blocks per SM where the registers allow it; the 64-row tile's 64 accumulators per m16 group
 // need more than 128 registers (it spilled), so it runs one block per SM.
@@ -158,6 +145,10 @@ void for_each_variant(F&& f) {
 template <bool kGemm1>
 void launch(const MmaArgs& a, int64_t tokens, int max_active, int m_tiles, cudaStream_t stream) {
   if (tokens == 0 || max_active == 0) return;
+  if (a.swap_ab) {
+    launch_swap<kGemm1>(a, tokens, max_active, m_tiles, stream);
+    return;
+  }
 #if defined(MXMOE_MINIMAL)
   MXMOE_REQUIRE(m_tiles == 4, "mma: the minimal profile has only m_tiles 4, got ", m_tiles);
 #else
@@ -190,16 +181,18 @@ void launch(const MmaArgs& a, int64_t tokens, int max_active, int m_tiles, cudaS
 
 }  // namespace
 
-int m_tiles_for(double rows_per_expert) {
+MmaTile tile_for(double rows_per_expert) {
 #if defined(MXMOE_MINIMAL)
   (void)rows_per_expert;
-  return 4;  // the one tile of the minimal profile
+  return {4, false};  // the one tile of the minimal profile
+#else
+  // Measured on an H200 (bench --tune, gpt-oss-120b, docs/perf-log.md): the swap-AB tiles beat the
+  // others wherever the tensor-core family runs; the 32-row one up to about 24 rows per expert
+  // (T = 512, 16 rows: 865 us against 1018 for the 32-row register-decode tile), the 64-row one from
+  // there (T = 2048: 2253 vs 2313 us; T = 4096: 3892 vs 4235). The other tiles stay for tune tables
+  // and MXMOE_MMA_MTILES.
+  return {rows_per_expert < 24 ? 2 : 4, true};
 #endif
-  // Measured on an H200 (bench --tune, gpt-oss-120b): the 32-row tile beats the 64-row one even at
-  // 128 rows per expert (T = 4096: 4.71 vs 5.09 ms), whose one block per SM hides less latency.
-  // The 64-row tile stays for tune tables and MXMOE_MMA_MTILES. The 16-row tile wins up to 12 rows
-  // per expert (T = 384: 920 vs 1014 us), the 32-row one from 16 (T = 512: 1024 vs 1053 us).
-  return rows_per_expert < 14 ? 1 : 2;
 }
 
 bool m_tiles_supported(int m_tiles) {
@@ -219,7 +212,7 @@ bool fits(size_t smem_per_block_optin) {
     MXMOE_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
     ok = ok && attr.sharedSizeBytes + smem_bytes(m_tiles) <= smem_per_block_optin;
   });
-  return ok;
+  return ok && swap_fits(smem_per_block_optin);
 }
 
 void configure(size_t smem_per_block_optin) {
@@ -229,6 +222,7 @@ void configure(size_t smem_per_block_optin) {
     MXMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem_bytes(m_tiles))));
   });
+  configure_swap();
 }
 
 void launch_gemm1(const MmaArgs& args, int64_t tokens, int max_active, int m_tiles, cudaStream_t stream) {

@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(kThreads, 1) mx_gemm_kernel(const MxArgs a) {
     }
   });
   if constexpr (kGemm1 && kMxOut) {
-    // Every warp is past the K loop's last barrier: the stages' shared memory is free for the tile.
+    __syncthreads();  // every warp is done with the stages: their shared memory is free for the tile
     float* tile_out = reinterpret_cast<float*>(smem);
     EpilogueArgs e{a.bias, a.n, a.row_pair, a.pair_weights, tile_out, a.alpha, a.limit, kOutPitch, tile0 * 8};
     if (warp_active) store_rows<true, kMTiles, true>(e, acc, expert, 0, rows, tile0 + wt, g, t);

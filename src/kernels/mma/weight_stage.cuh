@@ -13,7 +13,12 @@ template <int kTilesPerBlock, int kThreads>
 __device__ __forceinline__ void load_weight_records(uint8_t* stage, const uint8_t* expert_weights, int tile0,
                                                     int tiles, int chunks, int c) {
   constexpr int kGranules = gemv::kChunkBytes / 16;
-  for (int i = threadIdx.x; i < kTilesPerBlock * kGranules; i += kThreads) {
+  constexpr int kTotal = kTilesPerBlock * kGranules;
+  // A fixed trip count, unrolled (a loop from threadIdx.x compiles to a generic loop with a remainder).
+#pragma unroll 1
+  for (int round = 0; round < (kTotal + kThreads - 1) / kThreads; ++round) {
+    const int i = threadIdx.x + round * kThreads;
+    if (kTotal % kThreads != 0 && i >= kTotal) break;
     const int j = i / kGranules, off = (i - j * kGranules) * 16;
     if (tile0 + j < tiles)
       kernels::cp_async_16(stage + j * gemv::kChunkBytes + off,

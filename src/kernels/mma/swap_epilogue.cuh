@@ -1,0 +1,54 @@
+#pragma once
+// The epilogues of the swap-AB tiles (swap_gemm_kernel.cu): a warp's 2 weight tiles on the MMA's M
+// side, kNb n8 groups of rows on N. Lane (g, t) holds, per tile and group, weight rows g (fragment 0,
+// 1) and g+8 (2, 3) for the rows 2t and 2t+1 of the group. In GEMM1 tile rows 0-7 are the gates and
+// 8-15 the linears of features 8*tile + g (gemv_layout.hpp): the SwiGLU runs in registers, as in the
+// GEMV family, which has the same fragment layout. GEMM1 writes each 8-feature word of the intermediate
+// in the pair order of permute_words.hpp, which is how GEMM2's swap-AB tile reads it.
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/gemv/gemv_device.cuh"
+#include "kernels/gemv/gemv_layout.hpp"
+#include "kernels/mma/epilogue.cuh"
+#include "kernels/mma/permute_words.hpp"
+
+namespace mxmoe::mma {
+
+__device__ __forceinline__ float bf16_at(const uint16_t* p) { return __bfloat162float(__ushort_as_bfloat16(*p)); }
+
+// Rows [row0, row0 + rows) of the sorted order; the warp's tiles first_tile, +1; its groups from n0.
+template <bool kGemm1, int kNb>
+__device__ __forceinline__ void store_swap_rows(const EpilogueArgs& a, const float (&acc)[2][kNb][4], int expert,
+                                                int64_t row0, int rows, int first_tile, int n0, int g, int t) {
+  const uint16_t* bias = a.bias ? a.bias + static_cast<int64_t>(expert) * a.n : nullptr;
+#pragma unroll
+  for (int q = 0; q < 2; ++q) {
+    const int ti = first_tile + q;
+    // GEMM1: gate and linear of feature f sit at checkpoint rows 2f, 2f+1; GEMM2: columns col, col+8.
+    const int f = ti * 8 + g, col = ti * gemv::kTileRows + g;
+    const int b0 = kGemm1 ? 2 * f : col, b1 = kGemm1 ? 2 * f + 1 : col + 8;
+    const float bias0 = bias ? bf16_at(bias + b0) : 0.f, bias1 = bias ? bf16_at(bias + b1) : 0.f;
+#pragma unroll
+    for (int n = 0; n < kNb; ++n)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int r = (n0 + n) * 8 + 2 * t + e;
+        if (r >= rows) continue;
+        const int64_t row = row0 + r;
+        const float y0 = acc[q][n][e] + bias0, y1 = acc[q][n][2 + e] + bias1;
+        if constexpr (kGemm1) {  // GEMM2 (swap-AB too) reads the intermediate permuted word by word
+          static_cast<__nv_bfloat16*>(a.out)[row * (a.n / 2) + (f & ~7) + permuted_position(f & 7)] =
+              __float2bfloat16_rn(gemv::swiglu(y0, y1, a.alpha, a.limit));
+        } else {
+          const float weight = a.pair_weights[a.row_pair[row]];
+          float* out = static_cast<float*>(a.out) + row * a.n + col;
+          out[0] = y0 * weight;
+          out[8] = y1 * weight;
+        }
+      }
+  }
+}
+
+}  // namespace mxmoe::mma

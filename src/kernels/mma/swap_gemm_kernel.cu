@@ -1,0 +1,242 @@
+// The swap-AB tiles of the tensor-core family (mma_gemm.hpp): the weights on the MMA's M side (a warp's
+// two 16-row weight tiles, decoded in registers as the GEMV family decodes them) and the block's rows
+// of one expert on N, in n8 groups. So a tile is cut at 8 rows, not 16, and a warp skips the n8 groups
+// past its expert's last row: the MMAs track the rows an expert really has.
+//
+// Block: 8 warps, 256 threads. m_tiles 2 and 4 (32 and 64 rows): the 8 warps stack on M (256 weight
+// rows) and each covers every row; m_tiles 8 (128 rows): 4 warps on M (128 weight rows) x 2 on N,
+// so every block shape keeps 64 accumulators or fewer per thread. K walks in chunks of 128 through
+// the family's cp.async pipeline (chunk_pipeline.cuh), activations staged as in act_stage.cuh.
+//
+// Fragments (common/mma_bf16.cuh): lane (g, t)'s record words for word w are rows g (a0, a2) and g+8
+// (a1, a3) of MX block 4c+t, decoded pairs 2j and 2j+1 the K slots (2t, 2t+1) and (2t+8, 2t+9) of the
+// MMA for (w, j); the same lane reads row g of its n8 group, group (t, w), whose 8 elements are stored
+// already in the decode's pair order (permute_words.hpp): its words 2j and 2j+1 are b0 and b1. So the
+// activations arrive permuted: GEMM1's from permute_words(), GEMM2's from GEMM1's epilogue here.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "kernels/common/pdl_launch.cuh"
+#include "kernels/gemv/gemv_device.cuh"
+#include "kernels/gemv/gemv_layout.hpp"
+#include "kernels/mma/act_stage.cuh"
+#include "kernels/mma/bf16_atom.cuh"
+#include "kernels/mma/chunk_pipeline.cuh"
+#include "kernels/mma/m_tile_rows.cuh"
+#include "kernels/mma/mma_gemm.hpp"
+#include "kernels/mma/swap_epilogue.cuh"
+#include "kernels/mma/weight_stage.cuh"
+#include "moe/cuda_check.hpp"
+#include "routing/m_tiles.cuh"
+
+namespace mxmoe::mma {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+// Two pipeline stages: deeper rings on Hopper (4 for the 32-row tile, 3 for the 64-row one, still two
+// blocks per SM) measured no faster on an H200 (docs/perf-log.md), and SM120/SM121's 99 KB per block
+// hold two.
+constexpr int kStages = 2;
+
+template <int kMTiles>
+struct SwapShape {
+  static constexpr int kRows = block_m(kMTiles);            // the expert's rows per block (MMA N)
+  static constexpr int kWarpsN = kMTiles == 8 ? 2 : 1;
+  static constexpr int kWarpsM = kWarps / kWarpsN;
+  static constexpr int kNb = kRows / kWarpsN / 8;           // n8 groups per warp
+  static constexpr int kTiles = 2 * kWarpsM;                // 16-row weight tiles per block
+  static constexpr int kActBytes = staged_rows_bytes(kRows);
+  static constexpr int kStageBytes = kActBytes + kTiles * gemv::kChunkBytes;
+  static constexpr int kSmemBytes = kStages * kStageBytes;
+};
+static_assert(SwapShape<8>::kSmemBytes + 8 * SwapShape<8>::kRows + 64 <= 101376,
+              "the largest swap tile fits SM120's 99 KB of shared memory");
+
+// The register bound: two blocks per SM on Hopper, where two fit in shared memory; SM120/SM121's
+// 100 KB per SM hold one block of any swap tile, so their registers are not squeezed.
+__host__ __device__ constexpr int swap_min_blocks() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
+  return 1;
+#else
+  return 2;
+#endif
+}
+
+// One chunk of one warp: its two weight tiles' records decoded word by word, each word's fragments
+// multiplied with the first kGroups n8 groups of rows. `act` points at row g's group (t, 0) of the
+// warp's first n8 group, `records` at the warp's first tile's record.
+template <class Atom, int kNb, int kGroups>
+__device__ __forceinline__ void swap_chunk(const uint8_t* act, const uint8_t* records, int lane,
+                                           float (&acc)[2][kNb][4]) {
+  typename Atom::Scale scales[2][2];
+#pragma unroll
+  for (int q = 0; q < 2; ++q) {
+    const uint32_t sc =
+        *reinterpret_cast<const uint16_t*>(records + q * gemv::kChunkBytes + gemv::kChunkWeightBytes + lane * 2);
+    scales[q][0] = Atom::scale(sc & 0xFFu);
+    scales[q][1] = Atom::scale(sc >> 8);
+  }
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    // Word w of rows g and g+8 of both tiles, read per word: the 16 words of a chunk held at once
+    // pushed the 64-row tiles' registers into spills.
+    uint32_t frag[2][2][4];  // [weight tile][half: rows g / g+8][pair]
+#pragma unroll
+    for (int q = 0; q < 2; ++q)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        Atom::decode(*reinterpret_cast<const uint32_t*>(records + q * gemv::kChunkBytes + h * 512 + lane * 16 + 4 * w),
+                     scales[q][h], frag[q][h]);
+    // granule_slot(t, w) - granule_slot(t, 0): the word's 16-byte group within the row
+    const int word_offset = ((w >> 1) * 8 + (w & 1) * 4) * 16;
+#pragma unroll
+    for (int n = 0; n < kGroups; ++n) {
+      // The activations are stored permuted (permute_words.hpp): the 16 bytes are the pairs in order.
+      const uint4 x = *reinterpret_cast<const uint4*>(act + n * 8 * kRowBytes + word_offset);
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        Atom::mma(acc[q][n], frag[q][0][0], frag[q][1][0], frag[q][0][1], frag[q][1][1], x.x, x.y);
+        Atom::mma(acc[q][n], frag[q][0][2], frag[q][1][2], frag[q][0][3], frag[q][1][3], x.z, x.w);
+      }
+    }
+  }
+}
+
+template <bool kGemm1, bool kWideScales, int kMTiles>
+__global__ void __launch_bounds__(kThreads, swap_min_blocks()) swap_gemm_kernel(const MmaArgs a) {
+  using S = SwapShape<kMTiles>;
+  using Atom = Bf16Atom<kWideScales>;
+  extern __shared__ __align__(128) uint8_t smem[];
+  __shared__ routing::MTile tile;
+  __shared__ int64_t src_row[S::kRows];  // element offset of each row's activations; -1: padding row
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  if (!begin_m_tile<S::kRows, kGemm1>(a, tile, src_row)) return;
+  const int expert = tile.expert;
+  const int tile0 = static_cast<int>(blockIdx.y) * S::kTiles;
+  const uint8_t* weights = a.weights + expert * a.expert_stride;
+
+  auto load_stage = [&](int stage, int c) {
+    uint8_t* act = smem + stage * S::kStageBytes;
+    load_act_chunk<S::kRows, kThreads>(a, src_row, c, [&](int r, int gr) {
+      return act + r * kRowBytes + granule_slot(gr >> 2, gr & 3) * 16;
+    });
+    load_weight_records<S::kTiles, kThreads>(act + S::kActBytes, weights, tile0, a.tiles, a.chunks, c);
+  };
+
+  const int wt = 2 * (warp % S::kWarpsM);      // the warp's first weight tile in the block
+  const int n0 = (warp / S::kWarpsM) * S::kNb;  // its first n8 group of rows
+  // n8 groups that hold rows: the MMAs of the others would only multiply padding.
+  const int groups = min(S::kNb, (tile.rows + 7) / 8 - n0);
+  const bool warp_active = tile0 + wt < a.tiles && groups > 0;  // tiles come in pairs: N is a multiple of 32
+  float acc[2][S::kNb][4] = {};  // [weight tile][n8 group][fragment]
+
+  run_chunk_pipeline<kStages>(a.chunks, load_stage, [&](int stage) {
+    if (!warp_active) return;
+    const uint8_t* act = smem + stage * S::kStageBytes + (n0 * 8 + g) * kRowBytes + granule_slot(t, 0) * 16;
+    const uint8_t* records = smem + stage * S::kStageBytes + S::kActBytes + wt * gemv::kChunkBytes;
+    // A compile-time group count per path: a run-time bound in the unrolled loop cost a branch and a
+    // warp re-convergence before every group's MMAs. Half the groups when the rows fit in them.
+    if (groups > S::kNb / 2)
+      swap_chunk<Atom, S::kNb, S::kNb>(act, records, lane, acc);
+    else
+      swap_chunk<Atom, S::kNb, S::kNb / 2>(act, records, lane, acc);
+  });
+  if (!warp_active) return;
+
+  store_swap_rows<kGemm1, S::kNb>(EpilogueArgs{a.bias, a.n, a.row_pair, a.pair_weights, a.out, a.alpha, a.limit}, acc,
+                                  expert, tile.row0, tile.rows, tile0 + wt, n0, g, t);
+}
+
+template <class F>
+void for_each_variant(F&& f) {
+#if !defined(MXMOE_MINIMAL)
+  f(swap_gemm_kernel<true, false, 2>, 2);
+  f(swap_gemm_kernel<true, true, 2>, 2);
+  f(swap_gemm_kernel<false, false, 2>, 2);
+  f(swap_gemm_kernel<false, true, 2>, 2);
+  f(swap_gemm_kernel<true, false, 4>, 4);
+  f(swap_gemm_kernel<true, true, 4>, 4);
+  f(swap_gemm_kernel<false, false, 4>, 4);
+  f(swap_gemm_kernel<false, true, 4>, 4);
+  f(swap_gemm_kernel<true, false, 8>, 8);
+  f(swap_gemm_kernel<true, true, 8>, 8);
+  f(swap_gemm_kernel<false, false, 8>, 8);
+  f(swap_gemm_kernel<false, true, 8>, 8);
+#endif
+}
+
+}  // namespace
+
+bool swap_supported(int m_tiles) {
+#if defined(MXMOE_MINIMAL)
+  (void)m_tiles;
+  return false;  // the minimal profile has one tile per family: the 64-row register-decode tile
+#else
+  return m_tiles == 2 || m_tiles == 4 || m_tiles == 8;
+#endif
+}
+
+size_t swap_smem_bytes(int m_tiles) {
+  switch (m_tiles) {
+    case 2:
+      return SwapShape<2>::kSmemBytes;
+    case 4:
+      return SwapShape<4>::kSmemBytes;
+    default:
+      return SwapShape<8>::kSmemBytes;
+  }
+}
+
+bool swap_fits(size_t smem_per_block_optin) {
+  bool ok = true;
+  for_each_variant([&](auto kernel, int m_tiles) {
+    cudaFuncAttributes attr{};
+    MXMOE_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+    ok = ok && attr.sharedSizeBytes + swap_smem_bytes(m_tiles) <= smem_per_block_optin;
+  });
+  return ok;
+}
+
+void configure_swap() {
+  for_each_variant([&](auto kernel, int m_tiles) {
+    MXMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(swap_smem_bytes(m_tiles))));
+  });
+}
+
+template <bool kGemm1>
+void launch_swap(const MmaArgs& a, int64_t tokens, int max_active, int m_tiles, cudaStream_t stream) {
+  if (tokens == 0 || max_active == 0) return;
+  MXMOE_REQUIRE(swap_supported(m_tiles), "mma: swap-AB tiles have m_tiles 2, 4 or 8 (not in the minimal profile), got ",
+                m_tiles);
+#if !defined(MXMOE_MINIMAL)
+  const int64_t pairs = tokens * a.top_k;
+  const int64_t m_blocks = routing::m_tiles_bound(pairs, max_active, block_m(m_tiles));
+  MXMOE_REQUIRE(m_blocks < (int64_t{1} << 31), "mma: too many rows (", pairs, ")");
+  auto go = [&](auto kernel, int tiles_per_block) {
+    const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>((a.tiles + tiles_per_block - 1) / tiles_per_block));
+    kernels::launch_with_pdl(kernel, grid, dim3(kThreads), swap_smem_bytes(m_tiles), stream, a);
+  };
+  switch (m_tiles) {
+    case 2:
+      a.wide_scales ? go(swap_gemm_kernel<kGemm1, true, 2>, SwapShape<2>::kTiles)
+                    : go(swap_gemm_kernel<kGemm1, false, 2>, SwapShape<2>::kTiles);
+      break;
+    case 4:
+      a.wide_scales ? go(swap_gemm_kernel<kGemm1, true, 4>, SwapShape<4>::kTiles)
+                    : go(swap_gemm_kernel<kGemm1, false, 4>, SwapShape<4>::kTiles);
+      break;
+    default:
+      a.wide_scales ? go(swap_gemm_kernel<kGemm1, true, 8>, SwapShape<8>::kTiles)
+                    : go(swap_gemm_kernel<kGemm1, false, 8>, SwapShape<8>::kTiles);
+  }
+#endif
+}
+
+template void launch_swap<true>(const MmaArgs&, int64_t, int, int, cudaStream_t);
+template void launch_swap<false>(const MmaArgs&, int64_t, int, int, cudaStream_t);
+
+}  // namespace mxmoe::mma
