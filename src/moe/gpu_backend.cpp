@@ -374,11 +374,11 @@ class GpuBackend final : public BackendImpl {
   }
 
   // The tensor-core family when forced, or (Auto) from kMmaMinRows rows per expert on: below, the
-  // GEMV family streams each weight once per 8 or 16 rows cheaply enough; above, the swap-AB tiles
-  // decode each weight once per 32 or 64 rows. Measured on an H200 (bench --tune, docs/perf-log.md,
-  // gpt-oss-120b): 8 rows per expert (T = 256) the 16-row GEMV batch 666 us, the 32-row swap tile 768;
-  // 16 rows (T = 512) 961 against 865.
-  static constexpr double kMmaMinRows = 12.0;
+  // GEMV family streams each weight once per 8 rows cheaply enough; above, the tensor-core tiles
+  // decode each weight once per 16 to 64 rows. Measured on an H200 (bench --tune, docs/perf-log.md):
+  // at 4 rows per expert the GEMV family (gpt-oss-120b T = 128: 556 us, 16-row tile 592; 20b T = 32:
+  // 157 / 171), at 8 the 16-row tile (120b T = 256: 631 us, 16-row GEMV batch 670; 20b T = 64: 176 / 180).
+  static constexpr double kMmaMinRows = 6.0;
   bool uses_mma(int64_t tokens) const {
     if (mode_ == Backend::Mma) return true;
     if (mode_ != Backend::Auto || !mma_ok_) return false;

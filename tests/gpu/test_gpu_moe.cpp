@@ -289,10 +289,14 @@ TEST(GpuLayerSequence, BackToBackForwardsOnOneWorkspace) {
   const MoeConfig cfg = mxmoe::test::make_config(32, 4, 512, 384);
   const MoeLayerData layer = MoeLayerData::random(cfg, seed);
   // Auto switches plans inside the sequence: T = 37 takes the 8-row GEMV batch, T = 64 (8 rows per
-  // expert) the 16-row one, T = 192 (24 rows per expert) the tensor-core family.
+  // expert) the tensor-core family's 16-row tile, T = 192 (24 rows per expert) its 32-row swap-AB tile.
   const MoeRunner runner(cfg, layer.view(), gemv_options(192, Backend::Auto));
   ASSERT_NE(runner.describe_plan(64), runner.describe_plan(37));
   ASSERT_NE(runner.describe_plan(192).find("mma"), std::string::npos) << runner.describe_plan(192);
+  if (mma::swap_supported(2)) {
+    ASSERT_NE(runner.describe_plan(192).find("swap-AB"), std::string::npos) << runner.describe_plan(192);
+    ASSERT_NE(runner.describe_plan(192), runner.describe_plan(64));
+  }
   DeviceBuffer ws(runner.workspace_bytes());
   cudaStream_t stream;
   MXMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));

@@ -29,26 +29,27 @@ __device__ __forceinline__ bool begin_m_tile(const MmaArgs& a, routing::MTile& t
 }
 
 // Chunk c of the m-tile's activations (16 groups of 8 bf16 per row) by cp.async, group gr of row r to
-// place(r, gr) in shared memory. Padding rows and K past the end read as zeros. A fixed trip count
-// (unrolled): a loop from threadIdx.x compiled to a generic loop with a remainder, four times the
-// instructions of the copies themselves.
+// place(r, gr) in shared memory. Padding rows and K past the end read as zeros. Thread i copies group
+// i % 16 of rows i / 16 + 16 * round: the group, its K and its place in a row are fixed per thread,
+// so a round costs a row lookup and a copy (a walk from threadIdx.x over all groups recomputed them,
+// as many instructions as the copies of the weights and activations themselves).
 template <int kBlockM, int kThreads, class Place>
 __device__ __forceinline__ void load_act_chunk(const MmaArgs& a, const int64_t (&src_row)[kBlockM], int c,
                                                Place&& place) {
-  constexpr int kGranules = kBlockM * 16;
-  static_assert(kGranules % kThreads == 0 || kThreads % kGranules == 0, "whole rounds of the block's threads");
-  constexpr int kRounds = (kGranules + kThreads - 1) / kThreads;
-  const int gr = threadIdx.x & 15;
+  constexpr int kRowsPerRound = kThreads / 16;
+  static_assert(kThreads % 16 == 0 && kBlockM % kRowsPerRound == 0, "whole rounds of the block's threads");
+  const int gr = threadIdx.x & 15, r0 = threadIdx.x >> 4;
   const int kk = c * gemv::kChunkK + gr * 8;
   const bool in_k = kk < a.k;
+  const uint16_t* src = a.act + kk;
+  uint8_t* dst = place(r0, gr);
+  // Rows r and r + kRowsPerRound sit at the same place in their rows (a multiple of 8 rows apart).
+  const int step = static_cast<int>(place(r0 + kRowsPerRound, gr) - dst);
 #pragma unroll 1
-  for (int round = 0; round < kRounds; ++round) {
-    const int i = threadIdx.x + round * kThreads;
-    if (kGranules < kThreads && i >= kGranules) break;
-    const int r = i >> 4;
-    const int64_t src = src_row[r];
-    const bool valid = src >= 0 && in_k;
-    kernels::cp_async_16(place(r, gr), a.act + (valid ? src + kk : 0), valid);
+  for (int round = 0; round < kBlockM / kRowsPerRound; ++round) {
+    const int64_t row = src_row[r0 + round * kRowsPerRound];
+    const bool valid = row >= 0 && in_k;
+    kernels::cp_async_16(dst + round * step, valid ? src + row : a.act, valid);
   }
 }
 

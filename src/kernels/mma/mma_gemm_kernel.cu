@@ -186,12 +186,13 @@ MmaTile tile_for(double rows_per_expert) {
   (void)rows_per_expert;
   return {4, false};  // the one tile of the minimal profile
 #else
-  // Measured on an H200 (bench --tune, gpt-oss-120b, docs/perf-log.md): the swap-AB tiles beat the
-  // others wherever the tensor-core family runs; the 32-row one up to about 24 rows per expert
-  // (T = 512, 16 rows: 865 us against 1018 for the 32-row register-decode tile), the 64-row one from
-  // there (T = 2048: 2253 vs 2313 us; T = 4096: 3892 vs 4235). The other tiles stay for tune tables
-  // and MXMOE_MMA_MTILES.
-  return {rows_per_expert < 24 ? 2 : 4, true};
+  // Measured on an H200 (bench --tune, both gpt-oss models, docs/perf-log.md), us per layer:
+  //   8-12 rows per expert: the 16-row tile (120b T = 256: 631, swap 32-row 673; 20b T = 96: 198 / 205);
+  //   16-32 rows: the 32-row swap-AB tile (120b T = 1024: 1211, 64-row swap 1300; 20b T = 256: 319 / 376);
+  //   64 rows on: the 64-row swap-AB tile (120b T = 4096: 3684, 32-row swap 3879; 20b T = 4096: 3216 / 3590).
+  // The other tiles stay for tune tables and MXMOE_MMA_MTILES.
+  if (rows_per_expert < 14) return {1, false};
+  return {rows_per_expert < 48 ? 2 : 4, true};
 #endif
 }
 

@@ -35,9 +35,9 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-// Two pipeline stages: deeper rings on Hopper (4 for the 32-row tile, 3 for the 64-row one, still two
-// blocks per SM) measured no faster on an H200 (docs/perf-log.md), and SM120/SM121's 99 KB per block
-// hold two.
+// Two pipeline stages: deeper rings on Hopper measured no faster on an H200 (4 for the 32-row tile, 3
+// for the 64-row one at two blocks per SM, 4 at one block per SM: docs/perf-log.md), and SM120/SM121's
+// 99 KB per block hold two.
 constexpr int kStages = 2;
 
 template <int kMTiles>
@@ -54,8 +54,9 @@ struct SwapShape {
 static_assert(SwapShape<8>::kSmemBytes + 8 * SwapShape<8>::kRows + 64 <= 101376,
               "the largest swap tile fits SM120's 99 KB of shared memory");
 
-// The register bound: two blocks per SM on Hopper, where two fit in shared memory; SM120/SM121's
-// 100 KB per SM hold one block of any swap tile, so their registers are not squeezed.
+// The register bound: two blocks per SM on Hopper, where two fit in shared memory (one block with up to
+// 255 registers, no spills, was 20% slower for the 64-row tile on an H200); SM120/SM121's 100 KB per
+// SM hold one block of any swap tile, so their registers are not squeezed.
 __host__ __device__ constexpr int swap_min_blocks() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
   return 1;

@@ -12,19 +12,20 @@ namespace mxmoe::mma {
 template <int kTilesPerBlock, int kThreads>
 __device__ __forceinline__ void load_weight_records(uint8_t* stage, const uint8_t* expert_weights, int tile0,
                                                     int tiles, int chunks, int c) {
-  constexpr int kGranules = gemv::kChunkBytes / 16;
-  constexpr int kTotal = kTilesPerBlock * kGranules;
-  // A fixed trip count, unrolled (a loop from threadIdx.x compiles to a generic loop with a remainder).
-#pragma unroll 1
-  for (int round = 0; round < (kTotal + kThreads - 1) / kThreads; ++round) {
-    const int i = threadIdx.x + round * kThreads;
-    if (kTotal % kThreads != 0 && i >= kTotal) break;
-    const int j = i / kGranules, off = (i - j * kGranules) * 16;
-    if (tile0 + j < tiles)
-      kernels::cp_async_16(stage + j * gemv::kChunkBytes + off,
-                           expert_weights + (static_cast<int64_t>(tile0 + j) * chunks + c) * gemv::kChunkBytes + off,
-                           true);
-  }
+  // kThreadsPerTile threads per record, each copying 16-byte units u, u + kThreadsPerTile, ...: one
+  // address computed per chunk, the rest constant offsets (a block-wide walk over the units cost
+  // a division and a 64-bit multiply per unit, as many instructions as the chunk's MMAs).
+  static_assert(kThreads % kTilesPerBlock == 0, "whole groups of threads per record");
+  constexpr int kThreadsPerTile = kThreads / kTilesPerBlock;
+  constexpr int kUnits = gemv::kChunkBytes / 16;
+  const int j = threadIdx.x / kThreadsPerTile, u = threadIdx.x % kThreadsPerTile;
+  if (tile0 + j >= tiles) return;
+  const uint8_t* src = expert_weights + (static_cast<int64_t>(tile0 + j) * chunks + c) * gemv::kChunkBytes + u * 16;
+  uint8_t* dst = stage + j * gemv::kChunkBytes + u * 16;
+#pragma unroll
+  for (int r = 0; r < (kUnits + kThreadsPerTile - 1) / kThreadsPerTile; ++r)
+    if (kUnits % kThreadsPerTile == 0 || u + r * kThreadsPerTile < kUnits)
+      kernels::cp_async_16(dst + r * kThreadsPerTile * 16, src + r * kThreadsPerTile * 16, true);
 }
 
 }  // namespace mxmoe::mma
