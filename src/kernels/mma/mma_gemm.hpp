@@ -18,7 +18,7 @@
 namespace mxmoe::mma {
 
 struct MmaArgs : kernels::GroupedWeights, kernels::GroupedRouting {
-  const uint16_t* act = nullptr;     // GEMM1: hidden [T, H]; GEMM2: intermediate [rows, I]
+  const uint16_t* act = nullptr;     // GEMM1: hidden [T, H]; GEMM2: intermediate [rows, I] (permuted: swap_ab)
   void* out = nullptr;               // GEMM1: bf16 [rows, I]; GEMM2: fp32 [rows, H]
   bool wide_scales = false;          // some scale byte is > 128 or 0xFF: the general multiplier path
   bool swap_ab = false;              // the swap-AB tiles (weights on the MMA's M side): swap_gemm_kernel.cu
@@ -49,10 +49,11 @@ void configure_wide();
 template <bool kGemm1>
 void launch_wide(const MmaArgs& args, int64_t tokens, int max_active, cudaStream_t stream);
 
-// The swap-AB tiles (swap_gemm_kernel.cu): the same block rows of one expert (16 * m_tiles, m_tiles 2,
-// 4 or 8), but the weights on the MMA's M side and the rows on N, so each decoded weight fragment
-// feeds one MMA per 8 rows (2 m_tiles of them) instead of one per 16 with the decode twice as often.
-// 256 weight rows per block (128 for m_tiles 8, whose 8 warps split the rows in two halves of 64).
+// The swap-AB tiles (swap_gemm_kernel.cu): 16 * m_tiles rows of one expert (m_tiles 2, 4 or 8) on
+// the MMA's N side in n8 groups, the weights on M: a warp runs only the groups that hold rows, and a
+// B fragment is one shared-memory load because `act` arrives in the decode's pair order
+// (permute_words.hpp; GEMM1 then writes GEMM2's input in that order too). 256 weight rows per block
+// (128 for m_tiles 8, whose 8 warps split the rows in two halves of 64).
 bool swap_supported(int m_tiles);
 size_t swap_smem_bytes(int m_tiles);
 bool swap_fits(size_t smem_per_block_optin);  // part of fits() and configure()
