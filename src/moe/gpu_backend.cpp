@@ -392,6 +392,8 @@ class GpuBackend final : public BackendImpl {
       mma::MmaTile tile = mma::tile_for(rows_per_expert(tokens));
       if (mtiles_override_ > 0) tile.m_tiles = mtiles_override_;
       tile.swap_ab = swap_override_;
+      // The swap form of the rule's 16-row tile does not exist: its smallest is 32 rows.
+      if (tile.swap_ab && !mma::swap_supported(tile.m_tiles)) tile.m_tiles = 2;
       return tile;
     }
     if (tune_) {

@@ -497,6 +497,30 @@ TEST(GpuLayerVariants, EverySwapTileMatchesReference) {
   }
 }
 
+// MXMOE_MMA_SWAP_AB=1 alone: the rule's tile in swap-AB form, and at few rows per expert (where the
+// rule names the 16-row tile, which has no swap form) the 32-row swap tile.
+TEST(GpuLayerVariants, SwapKnobAloneTakesTheRulesTileInSwapForm) {
+  MXMOE_SKIP_WITHOUT_GPU();
+  if (!mma::swap_supported(2)) GTEST_SKIP() << "the minimal profile has no swap-AB tiles";
+  for (const InputCase& c : {InputCase{8, 2, 64, 64, 3, false, false}, InputCase{32, 4, 256, 192, 1000, false, false}}) {
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE(describe(c, seed));
+    const LayerInputs in = make_inputs(c, seed);
+    const ScopedEnv swap("MXMOE_MMA_SWAP_AB", "1");
+    const MoeRunner runner(in.cfg, in.layer.view(), gemv_options(c.tokens, Backend::Mma));
+    const double rows = static_cast<double>(c.tokens * c.top_k) / std::min<int64_t>(c.experts, c.tokens * c.top_k);
+    const mma::MmaTile rule = mma::tile_for(rows);
+    const int m_tiles = mma::swap_supported(rule.m_tiles) ? rule.m_tiles : 2;
+    ASSERT_NE(runner.describe_plan(c.tokens).find("swap-AB 256x" + std::to_string(mma::block_m(m_tiles)) + "x"),
+              std::string::npos)
+        << runner.describe_plan(c.tokens);
+    const auto out = run_on_gpu(runner, in.hidden, in.logits, c.tokens);
+    const ErrorStats e = compare(out, in.reference());
+    EXPECT_EQ(e.nan_count, 0) << "unwritten or non-finite outputs";
+    EXPECT_LE(e.rel, 1e-2) << "worst element " << e.worst;
+  }
+}
+
 // MXMOE_GEMV_BATCH: a width that is not built, or the wide batch with a forced 3-stage ring (it runs
 // 2 stages only), is refused by name.
 TEST(GpuLayerErrors, RefusesGemvBatchesThatCannotRun) {

@@ -38,6 +38,7 @@ __device__ __forceinline__ void load_act_chunk(const MmaArgs& a, const int64_t (
                                                Place&& place) {
   constexpr int kRowsPerRound = kThreads / 16;
   static_assert(kThreads % 16 == 0 && kBlockM % kRowsPerRound == 0, "whole rounds of the block's threads");
+  static_assert(kRowsPerRound % 8 == 0, "rounds 8 rows apart: the same place in a row swizzled by row % 8");
   const int gr = threadIdx.x & 15, r0 = threadIdx.x >> 4;
   const int kk = c * gemv::kChunkK + gr * 8;
   const bool in_k = kk < a.k;
