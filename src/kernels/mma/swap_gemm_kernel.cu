@@ -92,15 +92,25 @@ __device__ __forceinline__ void swap_chunk(const uint8_t* act, const uint8_t* re
                      scales[q][h], frag[q][h]);
     // granule_slot(t, w) - granule_slot(t, 0): the word's 16-byte group within the row
     const int word_offset = ((w >> 1) * 8 + (w & 1) * 4) * 16;
+    static_assert(kGroups % 2 == 0, "groups in pairs");
 #pragma unroll
-    for (int n = 0; n < kGroups; ++n) {
+    for (int n = 0; n < kGroups; n += 2) {
       // The activations are stored permuted (permute_words.hpp): the 16 bytes are the pairs in order.
-      const uint4 x = *reinterpret_cast<const uint4*>(act + n * 8 * kRowBytes + word_offset);
+      // Two groups at a time, their first halves of K before their second: an accumulator's two MMAs
+      // per word sit four MMAs apart instead of back to back.
+      uint4 x[2];
 #pragma unroll
-      for (int q = 0; q < 2; ++q) {
-        Atom::mma(acc[q][n], frag[q][0][0], frag[q][1][0], frag[q][0][1], frag[q][1][1], x.x, x.y);
-        Atom::mma(acc[q][n], frag[q][0][2], frag[q][1][2], frag[q][0][3], frag[q][1][3], x.z, x.w);
-      }
+      for (int i = 0; i < 2; ++i) x[i] = *reinterpret_cast<const uint4*>(act + (n + i) * 8 * kRowBytes + word_offset);
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int q = 0; q < 2; ++q)
+          Atom::mma(acc[q][n + i], frag[q][0][0], frag[q][1][0], frag[q][0][1], frag[q][1][1], x[i].x, x[i].y);
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int q = 0; q < 2; ++q)
+          Atom::mma(acc[q][n + i], frag[q][0][2], frag[q][1][2], frag[q][0][3], frag[q][1][3], x[i].z, x[i].w);
     }
   }
 }
