@@ -1,7 +1,7 @@
 // The swap-AB tiles of the tensor-core family (mma_gemm.hpp): the weights on the MMA's M side (a warp's
 // two 16-row weight tiles, decoded in registers as the GEMV family decodes them) and the block's rows
-// of one expert on N, in n8 groups. So a tile is cut at 8 rows, not 16, and a warp skips the n8 groups
-// past its expert's last row: the MMAs track the rows an expert really has.
+// of one expert on N, in n8 groups. A warp whose rows end in the first half of its groups runs only
+// that half (two compile-time paths, no per-group branch), so the MMAs track the rows an expert has.
 //
 // Block: 8 warps, 256 threads. m_tiles 2 and 4 (32 and 64 rows): the 8 warps stack on M (256 weight
 // rows) and each covers every row; m_tiles 8 (128 rows): 4 warps on M (128 weight rows) x 2 on N,
