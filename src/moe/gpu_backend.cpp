@@ -398,9 +398,9 @@ class GpuBackend final : public BackendImpl {
     }
     if (tune_) {
       const TunePlan& p = tune_->plan_for(rows_per_expert(tokens));
-      const bool built = p.swap_ab ? mma::swap_supported(p.m_tiles)
-                                   : mma::m_tiles_supported(p.m_tiles) && (p.m_tiles != mma::kWideMTiles || wide_tile_ok_);
-      if (p.mma && built) return {p.m_tiles, p.swap_ab};
+      const mma::MmaTile tile{p.m_tiles, p.swap_ab};
+      const bool wide = p.m_tiles == mma::kWideMTiles && !p.swap_ab;
+      if (p.mma && mma::tile_supported(tile) && (!wide || wide_tile_ok_)) return tile;
     }
     return mma::tile_for(rows_per_expert(tokens));
   }

@@ -204,9 +204,7 @@ void write_tune_table(const BenchOptions& o, const MoeConfig& cfg, const GpuInfo
   ropt.use_env = false;
   std::vector<std::vector<double>> us(std::size(candidates), std::vector<double>(tokens.size(), INFINITY));
   for (size_t c = 0; c < std::size(candidates); ++c) {
-    if (candidates[c].m_tiles > 0 && !(candidates[c].swap_ab ? mma::swap_supported(candidates[c].m_tiles)
-                                                               : mma::m_tiles_supported(candidates[c].m_tiles)))
-      continue;
+    if (candidates[c].m_tiles > 0 && !mma::tile_supported({candidates[c].m_tiles, candidates[c].swap_ab})) continue;
     if (candidates[c].m_tiles > 0) setenv("MXMOE_MMA_MTILES", std::to_string(candidates[c].m_tiles).c_str(), 1);
     if (candidates[c].swap_ab) setenv("MXMOE_MMA_SWAP_AB", "1", 1);
     if (candidates[c].m_tiles == 0) setenv("MXMOE_GEMV_BATCH", std::to_string(candidates[c].batch_rows).c_str(), 1);

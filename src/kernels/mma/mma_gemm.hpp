@@ -41,6 +41,8 @@ struct MmaTile {
 MmaTile tile_for(double rows_per_expert);
 // Whether this build has the tile (the minimal profile has only 4).
 bool m_tiles_supported(int m_tiles);
+// Whether this build has the tile in its form (the register-decode or shared-memory tile, or swap-AB).
+bool tile_supported(const MmaTile& tile);
 // The 128-row tile: its shared memory, whether it runs on a device (compute capability major 9 and
 // the shared memory), its shared-memory setting, and its launches (launch_gemm1/2 dispatch to them).
 size_t wide_smem_bytes();

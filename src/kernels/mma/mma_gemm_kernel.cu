@@ -204,6 +204,10 @@ bool m_tiles_supported(int m_tiles) {
 #endif
 }
 
+bool tile_supported(const MmaTile& tile) {
+  return tile.swap_ab ? swap_supported(tile.m_tiles) : m_tiles_supported(tile.m_tiles);
+}
+
 size_t smem_bytes(int m_tiles) { return static_cast<size_t>(kStages) * stage_bytes(m_tiles); }
 
 bool fits(size_t smem_per_block_optin) {
