@@ -9,9 +9,19 @@
 #include "kernels/common/cp_async.cuh"
 #include "kernels/gemv/gemv_layout.hpp"
 #include "kernels/mma/mma_gemm.hpp"
+#include "moe/cuda_check.hpp"
 #include "routing/m_tiles.cuh"
 
 namespace mxmoe::mma {
+
+// Host: the x extent of a tensor-core launch, one block per possible m-tile of block_rows rows (the
+// surplus blocks exit in begin_m_tile).
+inline unsigned m_tile_blocks(const MmaArgs& a, int64_t tokens, int max_active, int block_rows) {
+  const int64_t pairs = tokens * a.top_k;
+  const int64_t m_blocks = routing::m_tiles_bound(pairs, max_active, block_rows);
+  MXMOE_REQUIRE(m_blocks < (int64_t{1} << 31), "mma: too many rows (", pairs, ")");
+  return static_cast<unsigned>(m_blocks);
+}
 
 template <int kBlockM, bool kGemm1>
 __device__ __forceinline__ bool begin_m_tile(const MmaArgs& a, routing::MTile& tile, int64_t (&src_row)[kBlockM]) {

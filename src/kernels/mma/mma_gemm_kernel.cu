@@ -16,6 +16,7 @@
 
 #include "kernels/common/cp_async.cuh"
 #include "kernels/common/pdl_launch.cuh"
+#include "kernels/common/static_smem.hpp"
 #include "kernels/gemv/gemv_device.cuh"
 #include "kernels/gemv/gemv_layout.hpp"
 #include "kernels/mma/act_stage.cuh"
@@ -159,10 +160,8 @@ void launch(const MmaArgs& a, int64_t tokens, int max_active, int m_tiles, cudaS
     return;
   }
 #endif
-  const int64_t pairs = tokens * a.top_k;
-  const int64_t m_blocks = routing::m_tiles_bound(pairs, max_active, block_m(m_tiles));
-  MXMOE_REQUIRE(m_blocks < (int64_t{1} << 31), "mma: too many rows (", pairs, ")");
-  const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>((a.tiles + kTilesPerBlock - 1) / kTilesPerBlock));
+  const dim3 grid(m_tile_blocks(a, tokens, max_active, block_m(m_tiles)),
+                  static_cast<unsigned>((a.tiles + kTilesPerBlock - 1) / kTilesPerBlock));
   const size_t smem = smem_bytes(m_tiles);
   auto go = [&](auto kernel) { kernels::launch_with_pdl(kernel, grid, dim3(kThreads), smem, stream, a); };
   switch (m_tiles) {
@@ -211,13 +210,8 @@ bool tile_supported(const MmaTile& tile) {
 size_t smem_bytes(int m_tiles) { return static_cast<size_t>(kStages) * stage_bytes(m_tiles); }
 
 bool fits(size_t smem_per_block_optin) {
-  bool ok = true;
-  for_each_variant([&](auto kernel, int m_tiles) {
-    cudaFuncAttributes attr{};
-    MXMOE_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-    ok = ok && attr.sharedSizeBytes + smem_bytes(m_tiles) <= smem_per_block_optin;
-  });
-  return ok && swap_fits(smem_per_block_optin);
+  return kernels::variants_fit([](auto f) { for_each_variant(f); }, smem_bytes, smem_per_block_optin) &&
+         swap_fits(smem_per_block_optin);
 }
 
 void configure(size_t smem_per_block_optin) {

@@ -18,6 +18,7 @@
 #include <algorithm>
 
 #include "kernels/common/pdl_launch.cuh"
+#include "kernels/common/static_smem.hpp"
 #include "kernels/gemv/gemv_device.cuh"
 #include "kernels/gemv/gemv_layout.hpp"
 #include "kernels/mma/act_stage.cuh"
@@ -202,13 +203,7 @@ size_t swap_smem_bytes(int m_tiles) {
 }
 
 bool swap_fits(size_t smem_per_block_optin) {
-  bool ok = true;
-  for_each_variant([&](auto kernel, int m_tiles) {
-    cudaFuncAttributes attr{};
-    MXMOE_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-    ok = ok && attr.sharedSizeBytes + swap_smem_bytes(m_tiles) <= smem_per_block_optin;
-  });
-  return ok;
+  return kernels::variants_fit([](auto f) { for_each_variant(f); }, swap_smem_bytes, smem_per_block_optin);
 }
 
 void configure_swap() {
@@ -224,11 +219,9 @@ void launch_swap(const MmaArgs& a, int64_t tokens, int max_active, int m_tiles, 
   MXMOE_REQUIRE(swap_supported(m_tiles), "mma: swap-AB tiles have m_tiles 2, 4 or 8 (not in the minimal profile), got ",
                 m_tiles);
 #if !defined(MXMOE_MINIMAL)
-  const int64_t pairs = tokens * a.top_k;
-  const int64_t m_blocks = routing::m_tiles_bound(pairs, max_active, block_m(m_tiles));
-  MXMOE_REQUIRE(m_blocks < (int64_t{1} << 31), "mma: too many rows (", pairs, ")");
+  const unsigned m_blocks = m_tile_blocks(a, tokens, max_active, block_m(m_tiles));
   auto go = [&](auto kernel, int tiles_per_block) {
-    const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>((a.tiles + tiles_per_block - 1) / tiles_per_block));
+    const dim3 grid(m_blocks, static_cast<unsigned>((a.tiles + tiles_per_block - 1) / tiles_per_block));
     kernels::launch_with_pdl(kernel, grid, dim3(kThreads), swap_smem_bytes(m_tiles), stream, a);
   };
   switch (m_tiles) {

@@ -161,10 +161,7 @@ void configure_wide() {
 template <bool kGemm1>
 void launch_wide(const MmaArgs& a, int64_t tokens, int max_active, cudaStream_t stream) {
   if (tokens == 0 || max_active == 0) return;
-  const int64_t pairs = tokens * a.top_k;
-  const int64_t m_blocks = routing::m_tiles_bound(pairs, max_active, kBM);
-  MXMOE_REQUIRE(m_blocks < (int64_t{1} << 31), "mma: too many rows (", pairs, ")");
-  const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>((a.tiles + kTiles - 1) / kTiles));
+  const dim3 grid(m_tile_blocks(a, tokens, max_active, kBM), static_cast<unsigned>((a.tiles + kTiles - 1) / kTiles));
   auto go = [&](auto kernel) { kernels::launch_with_pdl(kernel, grid, dim3(kThreads), kSmemBytes, stream, a); };
   a.wide_scales ? go(wide_gemm_kernel<kGemm1, true>) : go(wide_gemm_kernel<kGemm1, false>);
 }
