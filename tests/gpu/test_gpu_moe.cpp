@@ -160,6 +160,15 @@ LayerInputs make_inputs(const InputCase& c, uint64_t seed) {
   if (c.one_expert) route_every_token_to_one_expert(in.logits, c.tokens, in.cfg.num_experts);
   return in;
 }
+// Runs `runner` on the case's inputs and checks the output against the fp64 reference: every element
+// written and finite, relative error at most 1e-2. Returns the output for further checks.
+std::vector<uint16_t> run_checked(const MoeRunner& runner, const LayerInputs& in, int64_t tokens) {
+  const auto out = run_on_gpu(runner, in.hidden, in.logits, tokens);
+  const ErrorStats e = compare(out, in.reference());
+  EXPECT_EQ(e.nan_count, 0) << "unwritten or non-finite outputs";
+  EXPECT_LE(e.rel, 1e-2) << "worst element " << e.worst;
+  return out;
+}
 std::string describe(const InputCase& c, uint64_t seed) {
   return "seed " + std::to_string(seed) + ", T = " + std::to_string(c.tokens) + ", H = " + std::to_string(c.hidden) +
          ", I = " + std::to_string(c.intermediate);
@@ -230,10 +239,7 @@ TEST(GpuLayerStream, GivesThePerGemmKernelsBits) {
       return MoeRunner(in.cfg, in.layer.view(), gemv_options(c.tokens));
     }();
     ASSERT_EQ(plain.describe_plan(c.tokens).find("stream"), std::string::npos) << plain.describe_plan(c.tokens);
-    const auto want = run_on_gpu(plain, in.hidden, in.logits, c.tokens);
-    const ErrorStats e = compare(want, in.reference());
-    EXPECT_EQ(e.nan_count, 0);
-    EXPECT_LE(e.rel, 1e-2) << "worst element " << e.worst;
+    const auto want = run_checked(plain, in, c.tokens);
     for (const int fill : {0x00, 0xFF, 0x5A}) {
       SCOPED_TRACE("workspace filled with " + std::to_string(fill));
       EXPECT_EQ(run_on_gpu(streamed, in.hidden, in.logits, c.tokens, fill), want);
@@ -261,7 +267,6 @@ TEST(GpuLayerTune, AutoFollowsATableForThisDeviceOnly) {
                         << prop.minor << R"(", "shape": {"experts": 32, "top_k": 4, "hidden": 512, "intermediate": 384},
                         "plans": [{"family": "mma", "m_tiles": 2}]})";
   };
-  const std::vector<double> ref = in.reference();
   auto runner_with_table_for = [&](const std::string& device_name) {
     write(device_name);
     const ScopedEnv table("MXMOE_TUNE_FILE", path.c_str());
@@ -273,9 +278,7 @@ TEST(GpuLayerTune, AutoFollowsATableForThisDeviceOnly) {
   EXPECT_NE(tuned.describe_plan(1).find("mma bf16 32x256x128 tiles, both gemms (tune table)"), std::string::npos)
       << tuned.describe_plan(1);
   EXPECT_NE(untuned.describe_plan(1).find("gemv"), std::string::npos) << untuned.describe_plan(1);
-  const ErrorStats e = compare(run_on_gpu(tuned, in.hidden, in.logits, 3), ref);
-  EXPECT_EQ(e.nan_count, 0);
-  EXPECT_LE(e.rel, 1e-2);
+  run_checked(tuned, in, 3);
 }
 
 // Forwards of different T and routings back to back on one stream and one workspace, with no
@@ -390,10 +393,7 @@ TEST(GpuLayerVariants, WideBatchMatchesReferenceAndNarrowBatchBits) {
     };
     const MoeRunner wide = runner_with("16"), narrow = runner_with("8");
     ASSERT_NE(wide.describe_plan(c.tokens).find("16x16"), std::string::npos) << wide.describe_plan(c.tokens);
-    const auto out = run_on_gpu(wide, in.hidden, in.logits, c.tokens);
-    const ErrorStats e = compare(out, in.reference());
-    EXPECT_EQ(e.nan_count, 0) << "unwritten or non-finite outputs";
-    EXPECT_LE(e.rel, 1e-2) << "worst element " << e.worst;
+    const auto out = run_checked(wide, in, c.tokens);
     EXPECT_EQ(out, run_on_gpu(narrow, in.hidden, in.logits, c.tokens)) << "16-row and 8-row batches differ";
     EXPECT_EQ(out, run_graph_replay(wide, in.hidden, in.logits, c.tokens)) << "graph replay differs from eager";
   }
@@ -462,10 +462,7 @@ TEST(GpuLayerVariants, EveryTensorCoreTileMatchesReference) {
       }
       ASSERT_NE(runner->describe_plan(c.tokens).find(std::to_string(mma::block_m(m_tiles)) + "x"), std::string::npos)
           << runner->describe_plan(c.tokens);
-      const auto out = run_on_gpu(*runner, in.hidden, in.logits, c.tokens);
-      const ErrorStats e = compare(out, in.reference());
-      EXPECT_EQ(e.nan_count, 0) << "unwritten or non-finite outputs";
-      EXPECT_LE(e.rel, 1e-2) << "worst element " << e.worst;
+      const auto out = run_checked(*runner, in, c.tokens);
       EXPECT_EQ(out, run_graph_replay(*runner, in.hidden, in.logits, c.tokens)) << "graph replay differs from eager";
     }
   }
@@ -487,10 +484,7 @@ TEST(GpuLayerVariants, EverySwapTileMatchesReference) {
                                                     std::to_string(mma::block_m(m_tiles)) + "x"),
                 std::string::npos)
           << runner.describe_plan(c.tokens);
-      const auto out = run_on_gpu(runner, in.hidden, in.logits, c.tokens);
-      const ErrorStats e = compare(out, in.reference());
-      EXPECT_EQ(e.nan_count, 0) << "unwritten or non-finite outputs";
-      EXPECT_LE(e.rel, 1e-2) << "worst element " << e.worst;
+      const auto out = run_checked(runner, in, c.tokens);
       EXPECT_EQ(out, run_graph_replay(runner, in.hidden, in.logits, c.tokens)) << "graph replay differs from eager";
       EXPECT_EQ(out, run_on_gpu(runner, in.hidden, in.logits, c.tokens)) << "two runs differ";
     }
@@ -514,10 +508,7 @@ TEST(GpuLayerVariants, SwapKnobAloneTakesTheRulesTileInSwapForm) {
     ASSERT_NE(runner.describe_plan(c.tokens).find("swap-AB 256x" + std::to_string(mma::block_m(m_tiles)) + "x"),
               std::string::npos)
         << runner.describe_plan(c.tokens);
-    const auto out = run_on_gpu(runner, in.hidden, in.logits, c.tokens);
-    const ErrorStats e = compare(out, in.reference());
-    EXPECT_EQ(e.nan_count, 0) << "unwritten or non-finite outputs";
-    EXPECT_LE(e.rel, 1e-2) << "worst element " << e.worst;
+    run_checked(runner, in, c.tokens);
   }
 }
 
