@@ -20,6 +20,8 @@
 #include "kernels/mma/mma_gemm.hpp"
 #include "kernels/mma/permute_words.hpp"
 #include "kernels/mma/mx_gemm.hpp"
+#include "kernels/sm90/chunk_order.hpp"
+#include "kernels/sm90/wgmma_gemm.hpp"
 #include "routing/expand.hpp"
 #include "moe/backend.hpp"
 #include "moe/device_buffer.hpp"
@@ -185,6 +187,9 @@ class GpuBackend final : public BackendImpl {
                       mma::wide_fits(major, static_cast<size_t>(smem_optin));
       if (wide_tile_ok_) mma::configure_wide();
     }
+    // Hopper's wgmma tiles where this build has their code and the device is a compute capability 9.0.
+    wgmma_ok_ = mma_ok_ && sm90::wgmma_runs(device);
+    if (wgmma_ok_) sm90::configure_wgmma();
     // Tuning knob: force the tensor-core tile (m16 tiles per block; 8: the 128-row tile), e.g. for bench --tune.
     mtiles_override_ = env_choice("MXMOE_MMA_MTILES", {1, 2, 4, mma::kWideMTiles});
     MXMOE_REQUIRE(mtiles_override_ == 0 || mma::m_tiles_supported(mtiles_override_), "MXMOE_MMA_MTILES: ",
@@ -199,6 +204,15 @@ class GpuBackend final : public BackendImpl {
                   "MXMOE_MMA_MTILES: the 128-row tile needs ",
                   "a Hopper GPU (compute capability 9.x) with ", mma::wide_smem_bytes(),
                   " bytes of shared memory per block (or MXMOE_MMA_SWAP_AB=1)");
+    // Tuning knob: the wgmma tiles (1: forced, with MXMOE_MMA_MTILES 4 or 8 or the rule's size; 0: never;
+    // unset: the planner's choice).
+    if (const char* env = std::getenv("MXMOE_MMA_WGMMA"); env != nullptr && *env != '\0')
+      wgmma_knob_ = env_choice("MXMOE_MMA_WGMMA", {0, 1});
+    MXMOE_REQUIRE(wgmma_knob_ != 1 || wgmma_ok_, "MXMOE_MMA_WGMMA: the wgmma tiles need a compute capability 9.0 GPU ",
+                  "and a build with sm_90a in its full profile");
+    MXMOE_REQUIRE(wgmma_knob_ != 1 || mtiles_override_ == 0 || sm90::wgmma_rows_supported(mma::block_m(mtiles_override_)),
+                  "MXMOE_MMA_WGMMA: the wgmma tiles have MXMOE_MMA_MTILES 4 or 8, got ", mtiles_override_);
+    MXMOE_REQUIRE(wgmma_knob_ != 1 || !swap_override_, "MXMOE_MMA_WGMMA: set either it or MXMOE_MMA_SWAP_AB, not both");
     // The measured preference table (bench --tune), when MXMOE_TUNE_FILE names one for this device
     // and shape; a table for another device or shape is ignored, a malformed one is an Error.
     if (const char* path = std::getenv("MXMOE_TUNE_FILE"); path != nullptr && *path != '\0') {
@@ -302,6 +316,9 @@ class GpuBackend final : public BackendImpl {
     if (uses_mma(tokens)) {
       const mma::MmaTile tile = mma_tile_for(tokens);
       const bool wide = tile.m_tiles == mma::kWideMTiles && !tile.swap_ab;
+      if (tile.wgmma)  // weights on M (one 16-row tile per warp) x the rows of an expert on N x K
+        return "wgmma bf16 " + std::to_string(sm90::kBlockWeightRows) + "x" + std::to_string(mma::block_m(tile.m_tiles)) +
+               "x128 tiles (sm_90a), both gemms" + (tune_ ? " (tune table)" : "");
       if (tile.swap_ab)  // weights on the MMA's M side: M (weight rows) x N (rows of an expert) x K
         return "mma bf16 swap-AB " + std::to_string(tile.m_tiles == 8 ? 128 : mma::kBlockN) + "x" +
                std::to_string(mma::block_m(tile.m_tiles)) + "x128 tiles, both gemms" + (tune_ ? " (tune table)" : "");
@@ -387,7 +404,14 @@ class GpuBackend final : public BackendImpl {
 
   // The tensor-core tile: forced (MXMOE_MMA_MTILES, MXMOE_MMA_SWAP_AB), else the tune table's (when
   // built here), else the rule of mma::tile_for.
+  // Hopper's wgmma tiles (Auto, no tune table) from kWgmmaMinRows rows per expert, the 128-row one from
+  // kWgmmaWideRows: see docs/perf-log.md.
+  static constexpr double kWgmmaMinRows = 14.0;
+  static constexpr double kWgmmaWideRows = 96.0;
   mma::MmaTile mma_tile_for(int64_t tokens) const {
+    const double rows = rows_per_expert(tokens);
+    if (wgmma_knob_ == 1)
+      return {mtiles_override_ > 0 ? mtiles_override_ : rows < kWgmmaWideRows ? 4 : 8, false, true};
     if (mtiles_override_ > 0 || swap_override_) {
       mma::MmaTile tile = mma::tile_for(rows_per_expert(tokens));
       if (mtiles_override_ > 0) tile.m_tiles = mtiles_override_;
@@ -397,12 +421,14 @@ class GpuBackend final : public BackendImpl {
       return tile;
     }
     if (tune_) {
-      const TunePlan& p = tune_->plan_for(rows_per_expert(tokens));
-      const mma::MmaTile tile{p.m_tiles, p.swap_ab};
-      const bool wide = p.m_tiles == mma::kWideMTiles && !p.swap_ab;
-      if (p.mma && mma::tile_supported(tile) && (!wide || wide_tile_ok_)) return tile;
+      const TunePlan& p = tune_->plan_for(rows);
+      const mma::MmaTile tile{p.m_tiles, p.swap_ab, p.wgmma};
+      const bool wide = p.m_tiles == mma::kWideMTiles && !p.swap_ab && !p.wgmma;
+      if (p.mma && p.wgmma && wgmma_ok_ && wgmma_knob_ != 0) return tile;
+      if (p.mma && !p.wgmma && mma::tile_supported(tile) && (!wide || wide_tile_ok_)) return tile;
     }
-    return mma::tile_for(rows_per_expert(tokens));
+    if (wgmma_ok_ && wgmma_knob_ != 0 && rows >= kWgmmaMinRows) return {rows < kWgmmaWideRows ? 4 : 8, false, true};
+    return mma::tile_for(rows);
   }
 
   void forward_mma(const uint16_t* hidden, const float* router_logits, int64_t tokens, uint16_t* out,
@@ -416,6 +442,22 @@ class GpuBackend final : public BackendImpl {
     bind_routing(a, ws);
     bind_mma(a, w1_, static_cast<int>(2 * config_.intermediate), config_.hidden);
     a.act = hidden;
+    if (tile.wgmma) {  // the wgmma tiles read their activations in chunk order, rows padded to whole chunks
+      sm90::to_chunk_order(hidden, ws.permuted_hidden, tokens, config_.hidden, stream);
+      a.act = ws.permuted_hidden;
+      a.k = static_cast<int>(sm90::padded_k(config_.hidden));
+      a.out = ws.intermediate;
+      sm90::launch_wgmma<true>(a, tokens, max_active, mma::block_m(tile.m_tiles), stream);
+      if (stages < 3) return;
+      bind_mma(a, w2_, config_.hidden, config_.intermediate);
+      a.act = static_cast<const uint16_t*>(ws.intermediate);
+      a.k = static_cast<int>(sm90::padded_k(config_.intermediate));
+      a.out = ws.expert_rows;
+      sm90::launch_wgmma<false>(a, tokens, max_active, mma::block_m(tile.m_tiles), stream);
+      if (stages < 4) return;
+      routing::combine_rows(ws.expert_rows, ws.routing.pair_row, tokens, config_.top_k, config_.hidden, out, stream);
+      return;
+    }
     if (tile.swap_ab) {  // the swap-AB tiles read their activations in the decode's pair order
       mma::permute_words(hidden, ws.permuted_hidden, tokens * config_.hidden, stream);
       a.act = ws.permuted_hidden;
@@ -456,8 +498,10 @@ class GpuBackend final : public BackendImpl {
     }
     // The fp32 intermediate only exists for the second expand; the MXFP8 epilogue skips it.
     const size_t intermediate_bytes = !mx_mode() ? 2 : mx_expand_intermediate_ ? 4 : 0;
-    // The tensor-core family's swap-AB tiles read a permuted copy of the hidden states.
-    const bool permute_hidden = (mode_ == Backend::Auto || mode_ == Backend::Mma) && mma_ok_ && mma::swap_supported(4);
+    // The tensor-core family's swap-AB and wgmma tiles read a permuted copy of the hidden states (the
+    // wgmma tiles' rows, and their intermediate's, padded to whole chunks).
+    const bool permute_hidden =
+        (mode_ == Backend::Auto || mode_ == Backend::Mma) && mma_ok_ && (mma::swap_supported(4) || wgmma_ok_);
     return WorkspaceLayout(config_, tokens, floats, mx, intermediate_bytes, permute_hidden);
   }
 
@@ -641,6 +685,8 @@ class GpuBackend final : public BackendImpl {
   int mtiles_override_ = 0;
   bool swap_override_ = false;
   bool wide_tile_ok_ = false;  // the 128-row tensor-core tile is built and fits this device
+  bool wgmma_ok_ = false;      // Hopper's wgmma tiles are built and run on this device
+  int wgmma_knob_ = -1;        // MXMOE_MMA_WGMMA: 1 forced, 0 never, -1 unset
   std::optional<TuneTable> tune_;
 };
 

@@ -73,6 +73,13 @@ TuneTable parse_tune_table(const std::string& json_text, const std::string& sour
         MXMOE_REQUIRE(!plan.swap_ab || plan.m_tiles != 1, source, ": ", where,
                       ".swap_ab: the swap-AB tiles have m_tiles 2, 4 or 8, got 1");
       }
+      if (p.contains("wgmma")) {
+        MXMOE_REQUIRE(p.at("wgmma").is_boolean(), source, ": ", where, ".wgmma must be true or false");
+        plan.wgmma = p.at("wgmma").get<bool>();
+        MXMOE_REQUIRE(!plan.wgmma || plan.m_tiles == 4 || plan.m_tiles == 8, source, ": ", where,
+                      ".wgmma: the wgmma tiles have m_tiles 4 or 8, got ", plan.m_tiles);
+        MXMOE_REQUIRE(!plan.wgmma || !plan.swap_ab, source, ": ", where, ".wgmma: a plan is wgmma or swap_ab, not both");
+      }
     } else if (p.contains("batch_rows")) {
       plan.batch_rows = field(p, "batch_rows", 0, where.c_str());
       MXMOE_REQUIRE(plan.batch_rows == 8 || plan.batch_rows == 16, source, ": ", where,
@@ -107,6 +114,7 @@ std::string tune_table_to_json(const TuneTable& t) {
     if (t.plans[i].mma) {
       p["m_tiles"] = t.plans[i].m_tiles;
       if (t.plans[i].swap_ab) p["swap_ab"] = true;
+      if (t.plans[i].wgmma) p["wgmma"] = true;
     } else if (t.plans[i].batch_rows != 8) p["batch_rows"] = t.plans[i].batch_rows;
     j["plans"].push_back(p);
   }

@@ -7,7 +7,8 @@
 //    "plans": [{"max_rows_per_expert": 3, "family": "gemv"},
 //              {"max_rows_per_expert": 6, "family": "gemv", "batch_rows": 16},
 //              {"max_rows_per_expert": 24, "family": "mma", "m_tiles": 1},
-//              {"family": "mma", "m_tiles": 4, "swap_ab": true}]}
+//              {"max_rows_per_expert": 48, "family": "mma", "m_tiles": 2, "swap_ab": true},
+//              {"family": "mma", "m_tiles": 8, "wgmma": true}]}
 // Plans are in increasing max_rows_per_expert; the last has none (it covers every larger count).
 #include <optional>
 #include <string>
@@ -22,6 +23,7 @@ struct TunePlan {
   bool mma = false;                // the tensor-core family, else the GEMV family
   int m_tiles = 4;                 // tensor-core m16 tiles per block: 1, 2 or 4, or 8 (the 128-row tile)
   bool swap_ab = false;            // the swap-AB form of the tile (m_tiles 2, 4 or 8; absent in a table: false)
+  bool wgmma = false;              // Hopper's wgmma tile (m_tiles 4 or 8; absent: false; not with swap_ab)
   int batch_rows = 8;              // GEMV rows per weight pass: 8 or 16 (absent in a table: 8)
 };
 

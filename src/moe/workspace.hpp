@@ -7,6 +7,7 @@
 
 #include "kernels/gemv/gemv.hpp"
 #include "kernels/gemv/stream.hpp"
+#include "kernels/sm90/chunk_order.hpp"
 #include "mxmoe/config.hpp"
 #include "routing/routing.hpp"
 
@@ -29,7 +30,8 @@ struct BoundWorkspace {
   uint8_t* mx_codes2;
   uint8_t* mx_scales2;
   // The swap-AB tiles: hidden [T, H] bf16 with each 8-element word in the Bf16Atom's pair order
-  // (mma/act_stage.cuh), GEMM1's input.
+  // (mma/act_stage.cuh), GEMM1's input; the wgmma tiles: [T, padded H] in chunk order
+  // (sm90/chunk_order.hpp). The intermediate's rows are then padded too.
   uint16_t* permuted_hidden;
 };
 
@@ -46,8 +48,8 @@ struct WorkspaceLayout {
          permuted_hidden = 0, total = 0;
 
   // decode_floats: the fused decode path's partial sums for this T (0 when it is not used);
-  // mx: the MX backends' MXFP8 buffers (0 otherwise); permute_hidden: room for the swap-AB tiles'
-  // permuted copy of the hidden states.
+  // mx: the MX backends' MXFP8 buffers (0 otherwise); permute_hidden: room for the swap-AB and wgmma
+  // tiles' permuted copy of the hidden states, rows padded to whole chunks of K.
   WorkspaceLayout(const MoeConfig& config, int64_t tokens, size_t decode_floats = 0, const MxBufferBytes& mx = {},
                   size_t intermediate_elem_bytes = 2, bool permute_hidden = false) {
     const auto pairs = static_cast<size_t>(tokens * config.top_k);
@@ -65,7 +67,9 @@ struct WorkspaceLayout {
     row_pair = take(pairs * 4);
     pair_row = take(pairs * 4);
     global_counts = take(257 * 4);
-    intermediate = take(pairs * static_cast<size_t>(config.intermediate) * intermediate_elem_bytes);
+    // permute_hidden: rows padded to whole chunks of K for the wgmma tiles (sm90/chunk_order.hpp).
+    const auto pad = [&](int64_t k) { return static_cast<size_t>(permute_hidden ? sm90::padded_k(k) : k); };
+    intermediate = take(pairs * pad(config.intermediate) * intermediate_elem_bytes);
     expert_rows = take(pairs * static_cast<size_t>(config.hidden) * 4);
     decode_partials = take(decode_floats * 4);
     pair_slot = take(pairs * 4);
@@ -76,7 +80,7 @@ struct WorkspaceLayout {
     mx_scales = take(mx.scales);
     mx_codes2 = take(mx.codes2);
     mx_scales2 = take(mx.scales2);
-    permuted_hidden = take(permute_hidden ? static_cast<size_t>(tokens) * static_cast<size_t>(config.hidden) * 2 : 0);
+    permuted_hidden = take(permute_hidden ? static_cast<size_t>(tokens) * pad(config.hidden) * 2 : 0);
   }
 
   BoundWorkspace bind(void* base) const {

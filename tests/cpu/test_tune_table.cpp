@@ -18,7 +18,7 @@ const char* kTable = R"({"device": "NVIDIA H200", "compute_capability": "9.0",
   "plans": [{"max_rows_per_expert": 2.8, "family": "gemv"},
             {"max_rows_per_expert": 5.6, "family": "gemv", "batch_rows": 16},
             {"max_rows_per_expert": 22.6, "family": "mma", "m_tiles": 1},
-            {"max_rows_per_expert": 40.0, "family": "mma", "m_tiles": 4},
+            {"max_rows_per_expert": 40.0, "family": "mma", "m_tiles": 4, "wgmma": true},
             {"family": "mma", "m_tiles": 4, "swap_ab": true}]})";
 
 TEST(TuneTable, SelectsThePlanOfTheRowsPerExpert) {
@@ -32,6 +32,8 @@ TEST(TuneTable, SelectsThePlanOfTheRowsPerExpert) {
   EXPECT_EQ(t.plan_for(8.0).m_tiles, 1);
   EXPECT_EQ(t.plan_for(22.7).m_tiles, 4);
   EXPECT_FALSE(t.plan_for(22.7).swap_ab);  // absent: false
+  EXPECT_TRUE(t.plan_for(22.7).wgmma);
+  EXPECT_FALSE(t.plan_for(8.0).wgmma);  // absent: false
   EXPECT_EQ(t.plan_for(1e9).m_tiles, 4);
   EXPECT_TRUE(t.plan_for(1e9).swap_ab);
   EXPECT_TRUE(t.matches("NVIDIA H200", "9.0", MoeConfig::gpt_oss_120b()));
@@ -47,6 +49,7 @@ TEST(TuneTable, RoundTripsThroughJson) {
     EXPECT_EQ(back.plans[i].mma, t.plans[i].mma);
     EXPECT_EQ(back.plans[i].m_tiles, t.plans[i].m_tiles);
     EXPECT_EQ(back.plans[i].swap_ab, t.plans[i].swap_ab);
+    EXPECT_EQ(back.plans[i].wgmma, t.plans[i].wgmma);
     EXPECT_EQ(back.plans[i].batch_rows, t.plans[i].batch_rows);
     EXPECT_DOUBLE_EQ(back.plans[i].max_rows_per_expert, t.plans[i].max_rows_per_expert);
   }
@@ -77,6 +80,14 @@ TEST(TuneTable, RefusesMalformedTablesByField) {
   test::expect_error_naming(
       [&] { parse_tune_table(with(R"("m_tiles": 1})", R"("m_tiles": 1, "swap_ab": true})"), "t"); },
       "plans[2].swap_ab");
+  test::expect_error_naming([&] { parse_tune_table(with(R"("wgmma": true)", R"("wgmma": "yes")"), "t"); },
+                            "plans[3].wgmma must be true or false");
+  test::expect_error_naming(
+      [&] { parse_tune_table(with(R"("m_tiles": 4, "wgmma": true)", R"("m_tiles": 2, "wgmma": true)"), "t"); },
+      "plans[3].wgmma: the wgmma tiles have m_tiles 4 or 8");
+  test::expect_error_naming(
+      [&] { parse_tune_table(with(R"("wgmma": true)", R"("wgmma": true, "swap_ab": true)"), "t"); },
+      "plans[3].wgmma: a plan is wgmma or swap_ab");
   test::expect_error_naming(
       [&] { parse_tune_table(with(R"({"family": "mma", "m_tiles": 4, "swap_ab": true})", R"({"max_rows_per_expert": 90, "family": "mma", "m_tiles": 4})"), "t"); },
       "last plan");

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstdio>
 #include <fstream>
+#include <initializer_list>
+#include <memory>
 #include <optional>
 #include <cstring>
 #include <tuple>
@@ -15,6 +17,7 @@
 #include "gpu/gpu_test_support.hpp"
 #include "kernels/gemv/gemv.hpp"
 #include "kernels/mma/mma_gemm.hpp"
+#include "kernels/sm90/wgmma_gemm.hpp"
 
 namespace mxmoe::test {
 namespace {
@@ -296,9 +299,10 @@ TEST(GpuLayerSequence, BackToBackForwardsOnOneWorkspace) {
   const MoeRunner runner(cfg, layer.view(), gemv_options(192, Backend::Auto));
   ASSERT_NE(runner.describe_plan(64), runner.describe_plan(37));
   ASSERT_NE(runner.describe_plan(192).find("mma"), std::string::npos) << runner.describe_plan(192);
-  if (mma::swap_supported(2)) {
-    ASSERT_NE(runner.describe_plan(192).find("swap-AB"), std::string::npos) << runner.describe_plan(192);
-    ASSERT_NE(runner.describe_plan(192), runner.describe_plan(64));
+  if (mma::swap_supported(2)) {  // the swap-AB tile, or on Hopper the wgmma tile
+    const std::string plan = runner.describe_plan(192);
+    ASSERT_TRUE(plan.find("swap-AB") != std::string::npos || plan.find("wgmma") != std::string::npos) << plan;
+    ASSERT_NE(plan, runner.describe_plan(64));
   }
   DeviceBuffer ws(runner.workspace_bytes());
   cudaStream_t stream;
@@ -489,6 +493,58 @@ TEST(GpuLayerVariants, EverySwapTileMatchesReference) {
       EXPECT_EQ(out, run_on_gpu(runner, in.hidden, in.logits, c.tokens)) << "two runs differ";
     }
   }
+}
+
+// Every wgmma tile (Hopper: MXMOE_MMA_WGMMA=1 with MXMOE_MMA_MTILES 4, 8) against the reference over
+// the variant shapes (K not a multiple of 128: the chunk order's zero padding; tiles not a multiple
+// of 8 or 4: a block's idle warps and warpgroups; an expert taking every token; experts with none;
+// fewer rows than half a tile: the half-width wgmma), graph replay and repeated runs bit-identical.
+TEST(GpuLayerVariants, EveryWgmmaTileMatchesReference) {
+  MXMOE_SKIP_WITHOUT_GPU();
+  int device = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  if (!sm90::wgmma_runs(device)) GTEST_SKIP() << "the wgmma tiles need a compute capability 9.0 GPU and sm_90a code";
+  for (const int m_tiles : {4, 8}) {
+    for (const InputCase& c : kVariantCases) {
+      const uint64_t seed = fresh_seed();
+      SCOPED_TRACE("MXMOE_MMA_WGMMA=1, MXMOE_MMA_MTILES=" + std::to_string(m_tiles) + ", " + describe(c, seed));
+      const LayerInputs in = make_inputs(c, seed);
+      const ScopedEnv knob("MXMOE_MMA_MTILES", std::to_string(m_tiles).c_str()), wgmma("MXMOE_MMA_WGMMA", "1");
+      const MoeRunner runner(in.cfg, in.layer.view(), gemv_options(c.tokens, Backend::Mma));
+      ASSERT_NE(runner.describe_plan(c.tokens).find("wgmma bf16 128x" + std::to_string(mma::block_m(m_tiles)) + "x"),
+                std::string::npos)
+          << runner.describe_plan(c.tokens);
+      const auto out = run_checked(runner, in, c.tokens);
+      EXPECT_EQ(out, run_graph_replay(runner, in.hidden, in.logits, c.tokens)) << "graph replay differs from eager";
+      EXPECT_EQ(out, run_on_gpu(runner, in.hidden, in.logits, c.tokens)) << "two runs differ";
+    }
+  }
+}
+
+// MXMOE_MMA_WGMMA: refused by name where the tiles cannot run, with a size they do not have, or with
+// the swap-AB knob.
+TEST(GpuLayerErrors, RefusesWgmmaKnobsThatCannotRun) {
+  MXMOE_SKIP_WITHOUT_GPU();
+  int device = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  const MoeConfig cfg = mxmoe::test::make_config(8, 2, 64, 64);
+  const MoeLayerData layer = MoeLayerData::random(cfg, fresh_seed());
+  const auto refused = [&](std::initializer_list<std::pair<const char*, const char*>> knobs) {
+    std::vector<std::unique_ptr<ScopedEnv>> set;
+    for (const auto& [name, value] : knobs) set.push_back(std::make_unique<ScopedEnv>(name, value));
+    expect_error_naming([&] { MoeRunner(cfg, layer.view(), gemv_options(4, Backend::Mma)); }, "MXMOE_MMA_WGMMA");
+  };
+  refused({{"MXMOE_MMA_WGMMA", "2"}});
+  if (!sm90::wgmma_runs(device)) {
+    refused({{"MXMOE_MMA_WGMMA", "1"}});
+    return;
+  }
+  refused({{"MXMOE_MMA_WGMMA", "1"}, {"MXMOE_MMA_MTILES", "2"}});
+  refused({{"MXMOE_MMA_WGMMA", "1"}, {"MXMOE_MMA_SWAP_AB", "1"}});
+  // 0 turns the wgmma tiles off for Auto: a plan that would take them takes the swap-AB tile instead.
+  const ScopedEnv off("MXMOE_MMA_WGMMA", "0");
+  const MoeRunner runner(cfg, layer.view(), gemv_options(256, Backend::Auto));
+  EXPECT_EQ(runner.describe_plan(256).find("wgmma"), std::string::npos) << runner.describe_plan(256);
 }
 
 // MXMOE_MMA_SWAP_AB=1 alone: the rule's tile in swap-AB form, and at few rows per expert (where the

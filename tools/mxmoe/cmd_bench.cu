@@ -22,6 +22,7 @@
 #include "moe/cuda_check.hpp"
 #include "kernels/gemv/gemv.hpp"
 #include "kernels/mma/mma_gemm.hpp"
+#include "kernels/sm90/wgmma_gemm.hpp"
 #include "moe/device_buffer.hpp"
 #include "moe/tune_table.hpp"
 #include "mxmoe/mxmoe.hpp"
@@ -167,8 +168,8 @@ void progress(size_t done, size_t total, const std::string& what) {
 }
 
 // --tune: every batch size timed with each kernel family and tile the planner can choose (GEMV with
-// 8- and 16-row batches; the tensor-core family with 16, 32, 64 and 128-row tiles and the swap-AB
-// tiles of 32, 64 and 128 rows), the fastest kept, and the choices written as the
+// 8- and 16-row batches; the tensor-core family with 16, 32, 64 and 128-row tiles, the swap-AB
+// tiles of 32, 64 and 128 rows and, on Hopper, the wgmma tiles of 64 and 128 rows), the fastest kept, and the choices written as the
 // preference table (moe/tune_table.hpp) that the runner reads from MXMOE_TUNE_FILE. Boundaries between
 // choices sit at the geometric mean of the rows per expert of the batch sizes on either side.
 void write_tune_table(const BenchOptions& o, const MoeConfig& cfg, const GpuInfo& gpu, const MoeLayerData& host,
@@ -180,16 +181,19 @@ void write_tune_table(const BenchOptions& o, const MoeConfig& cfg, const GpuInfo
     int m_tiles;     // 0: the GEMV family
     int batch_rows;  // the GEMV family's batch
     bool swap_ab;    // the swap-AB form of the tensor-core tile
+    bool wgmma;      // Hopper's wgmma tile (sm90/)
   };
-  const Candidate candidates[] = {{"gemv", Backend::Gemv, 0, 8, false},
-                                  {"gemv b16", Backend::Gemv, 0, gemv::kWideBatchRows, false},
-                                  {"mma m16", Backend::Mma, 1, 8, false},
-                                  {"mma m32", Backend::Mma, 2, 8, false},
-                                  {"mma m64", Backend::Mma, 4, 8, false},
-                                  {"mma m128", Backend::Mma, mma::kWideMTiles, 8, false},
-                                  {"swap n32", Backend::Mma, 2, 8, true},
-                                  {"swap n64", Backend::Mma, 4, 8, true},
-                                  {"swap n128", Backend::Mma, 8, 8, true}};
+  const Candidate candidates[] = {{"gemv", Backend::Gemv, 0, 8, false, false},
+                                  {"gemv b16", Backend::Gemv, 0, gemv::kWideBatchRows, false, false},
+                                  {"mma m16", Backend::Mma, 1, 8, false, false},
+                                  {"mma m32", Backend::Mma, 2, 8, false, false},
+                                  {"mma m64", Backend::Mma, 4, 8, false, false},
+                                  {"mma m128", Backend::Mma, mma::kWideMTiles, 8, false, false},
+                                  {"swap n32", Backend::Mma, 2, 8, true, false},
+                                  {"swap n64", Backend::Mma, 4, 8, true, false},
+                                  {"swap n128", Backend::Mma, 8, 8, true, false},
+                                  {"wgmma n64", Backend::Mma, 4, 8, false, true},
+                                  {"wgmma n128", Backend::Mma, 8, 8, false, true}};
   std::vector<int64_t> tokens;
   for (const int64_t t : o.tokens)
     if (t > 0) tokens.push_back(t);
@@ -204,9 +208,12 @@ void write_tune_table(const BenchOptions& o, const MoeConfig& cfg, const GpuInfo
   ropt.use_env = false;
   std::vector<std::vector<double>> us(std::size(candidates), std::vector<double>(tokens.size(), INFINITY));
   for (size_t c = 0; c < std::size(candidates); ++c) {
-    if (candidates[c].m_tiles > 0 && !mma::tile_supported({candidates[c].m_tiles, candidates[c].swap_ab})) continue;
+    if (candidates[c].wgmma ? !sm90::wgmma_runs(gpu.index)
+                            : candidates[c].m_tiles > 0 && !mma::tile_supported({candidates[c].m_tiles, candidates[c].swap_ab}))
+      continue;
     if (candidates[c].m_tiles > 0) setenv("MXMOE_MMA_MTILES", std::to_string(candidates[c].m_tiles).c_str(), 1);
     if (candidates[c].swap_ab) setenv("MXMOE_MMA_SWAP_AB", "1", 1);
+    setenv("MXMOE_MMA_WGMMA", candidates[c].wgmma ? "1" : "0", 1);
     if (candidates[c].m_tiles == 0) setenv("MXMOE_GEMV_BATCH", std::to_string(candidates[c].batch_rows).c_str(), 1);
     ropt.backend = candidates[c].backend;
     std::vector<MoeRunner> runners;
@@ -218,6 +225,7 @@ void write_tune_table(const BenchOptions& o, const MoeConfig& cfg, const GpuInfo
     }
     unsetenv("MXMOE_MMA_MTILES");
     unsetenv("MXMOE_MMA_SWAP_AB");
+    unsetenv("MXMOE_MMA_WGMMA");
     unsetenv("MXMOE_GEMV_BATCH");
     if (runners.empty()) continue;
     DevBuf ws(std::max<size_t>(runners[0].workspace_bytes(), 1));
@@ -257,6 +265,7 @@ void write_tune_table(const BenchOptions& o, const MoeConfig& cfg, const GpuInfo
       plan.m_tiles = plan.mma ? candidates[best].m_tiles : 4;
       plan.batch_rows = candidates[best].batch_rows;
       plan.swap_ab = candidates[best].swap_ab;
+      plan.wgmma = candidates[best].wgmma;
       table.plans.push_back(plan);
       previous = best;
     }

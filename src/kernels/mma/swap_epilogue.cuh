@@ -1,10 +1,12 @@
 #pragma once
-// The epilogues of the swap-AB tiles (swap_gemm_kernel.cu): a warp's 2 weight tiles on the MMA's M
-// side, kNb n8 groups of rows on N. Lane (g, t) holds, per tile and group, weight rows g (fragment 0,
-// 1) and g+8 (2, 3) for the rows 2t and 2t+1 of the group. In GEMM1 tile rows 0-7 are the gates and
-// 8-15 the linears of features 8*tile + g (gemv_layout.hpp): the SwiGLU runs in registers, as in the
-// GEMV family, which has the same fragment layout. GEMM1 writes each 8-feature word of the intermediate
-// in the pair order of permute_words.hpp, which is how GEMM2's swap-AB tile reads it.
+// The epilogues of the tiles with the weights on the MMA's M side: the swap-AB tiles
+// (swap_gemm_kernel.cu, a warp's 2 weight tiles) and Hopper's wgmma tiles (sm90/, 1 per warp), kNb n8
+// groups of rows on N. Lane (g, t) holds, per tile and group, weight rows g (fragment 0, 1) and g+8
+// (2, 3) for the rows 2t and 2t+1 of the group. In GEMM1 tile rows 0-7 are the gates and 8-15 the
+// linears of features 8*tile + g (gemv_layout.hpp): the SwiGLU runs in registers, as in the GEMV
+// family, which has the same fragment layout. GEMM1 writes the intermediate in the order its GEMM2
+// tile reads: gemm1_index(row, feature) gives the element (the swap tiles: permute_words.hpp's pair
+// order; the wgmma tiles: sm90/chunk_order.hpp).
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -12,19 +14,20 @@
 #include "kernels/gemv/gemv_device.cuh"
 #include "kernels/gemv/gemv_layout.hpp"
 #include "kernels/mma/epilogue.cuh"
-#include "kernels/mma/permute_words.hpp"
 
 namespace mxmoe::mma {
 
 __device__ __forceinline__ float bf16_at(const uint16_t* p) { return __bfloat162float(__ushort_as_bfloat16(*p)); }
 
-// Rows [row0, row0 + rows) of the sorted order; the warp's tiles first_tile, +1; its groups from n0.
-template <bool kGemm1, int kNb>
-__device__ __forceinline__ void store_swap_rows(const EpilogueArgs& a, const float (&acc)[2][kNb][4], int expert,
-                                                int64_t row0, int rows, int first_tile, int n0, int g, int t) {
+// Rows [row0, row0 + rows) of the sorted order; the warp's kTiles tiles from first_tile; its groups
+// from n0.
+template <bool kGemm1, int kTiles, int kNb, class Gemm1Index>
+__device__ __forceinline__ void store_swap_rows(const EpilogueArgs& a, const float (&acc)[kTiles][kNb][4], int expert,
+                                                int64_t row0, int rows, int first_tile, int n0, int g, int t,
+                                                Gemm1Index&& gemm1_index) {
   const uint16_t* bias = a.bias ? a.bias + static_cast<int64_t>(expert) * a.n : nullptr;
 #pragma unroll
-  for (int q = 0; q < 2; ++q) {
+  for (int q = 0; q < kTiles; ++q) {
     const int ti = first_tile + q;
     // GEMM1: gate and linear of feature f sit at checkpoint rows 2f, 2f+1; GEMM2: columns col, col+8.
     const int f = ti * 8 + g, col = ti * gemv::kTileRows + g;
@@ -38,8 +41,8 @@ __device__ __forceinline__ void store_swap_rows(const EpilogueArgs& a, const flo
         if (r >= rows) continue;
         const int64_t row = row0 + r;
         const float y0 = acc[q][n][e] + bias0, y1 = acc[q][n][2 + e] + bias1;
-        if constexpr (kGemm1) {  // GEMM2 (swap-AB too) reads the intermediate permuted word by word
-          static_cast<__nv_bfloat16*>(a.out)[row * (a.n / 2) + (f & ~7) + permuted_position(f & 7)] =
+        if constexpr (kGemm1) {
+          static_cast<__nv_bfloat16*>(a.out)[gemm1_index(row, f)] =
               __float2bfloat16_rn(gemv::swiglu(y0, y1, a.alpha, a.limit));
         } else {
           const float weight = a.pair_weights[a.row_pair[row]];

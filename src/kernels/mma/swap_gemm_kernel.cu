@@ -26,6 +26,7 @@
 #include "kernels/mma/chunk_pipeline.cuh"
 #include "kernels/mma/m_tile_rows.cuh"
 #include "kernels/mma/mma_gemm.hpp"
+#include "kernels/mma/permute_words.hpp"
 #include "kernels/mma/swap_epilogue.cuh"
 #include "kernels/mma/weight_stage.cuh"
 #include "moe/cuda_check.hpp"
@@ -158,8 +159,11 @@ __global__ void __launch_bounds__(kThreads, swap_min_blocks()) swap_gemm_kernel(
   });
   if (!warp_active) return;
 
-  store_swap_rows<kGemm1, S::kNb>(EpilogueArgs{a.bias, a.n, a.row_pair, a.pair_weights, a.out, a.alpha, a.limit}, acc,
-                                  expert, tile.row0, tile.rows, tile0 + wt, n0, g, t);
+  // GEMM2 (swap-AB too) reads the intermediate permuted word by word.
+  const int64_t pitch = a.n / 2;
+  store_swap_rows<kGemm1>(EpilogueArgs{a.bias, a.n, a.row_pair, a.pair_weights, a.out, a.alpha, a.limit}, acc, expert,
+                          tile.row0, tile.rows, tile0 + wt, n0, g, t,
+                          [pitch](int64_t row, int f) { return row * pitch + (f & ~7) + permuted_position(f & 7); });
 }
 
 template <class F>

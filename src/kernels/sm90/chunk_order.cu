@@ -1,0 +1,48 @@
+// chunk_order.hpp: one stored 16-byte group per thread, grid-stride. Stored group j of a chunk holds
+// pair p = j % 4 of word w = j / 4 of blocks 0..3: natural elements 32q + 8w + (3 - p) + 4i.
+#include "kernels/sm90/chunk_order.hpp"
+
+#include <algorithm>
+
+#include "kernels/common/pdl_launch.cuh"
+#include "moe/cuda_check.hpp"
+
+namespace mxmoe::sm90 {
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void __launch_bounds__(kThreads)
+    chunk_order_kernel(const uint16_t* in, uint4* out, int64_t groups, int k, int groups_per_row) {
+  cudaGridDependencySynchronize();  // `in` may come from the predecessor
+  cudaTriggerProgrammaticLaunchCompletion();
+  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < groups; i += int64_t{gridDim.x} * kThreads) {
+    const int64_t row = i / groups_per_row;
+    const int gi = static_cast<int>(i % groups_per_row);
+    const int j = gi & 15, w = j >> 2, p = j & 3;
+    const int base = (gi >> 4) * gemv::kChunkK + 8 * w + (3 - p);
+    const uint16_t* src = in + row * k;
+    uint32_t v[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int k0 = base + 32 * q, k1 = k0 + 4;
+      const uint32_t lo = k0 < k ? src[k0] : 0u, hi = k1 < k ? src[k1] : 0u;
+      v[q] = lo | (hi << 16);
+    }
+    out[i] = make_uint4(v[0], v[1], v[2], v[3]);
+  }
+}
+
+}  // namespace
+
+void to_chunk_order(const uint16_t* in, uint16_t* out, int64_t rows, int k, cudaStream_t stream) {
+  MXMOE_REQUIRE(k > 0, "to_chunk_order: k must be positive, got ", k);
+  const int groups_per_row = static_cast<int>(padded_k(k) / 8);
+  const int64_t groups = rows * groups_per_row;
+  if (groups == 0) return;
+  const int blocks = static_cast<int>(std::min<int64_t>((groups + kThreads - 1) / kThreads, 4096));
+  kernels::launch_with_pdl(chunk_order_kernel, dim3(blocks), dim3(kThreads), 0, stream, in,
+                           reinterpret_cast<uint4*>(out), groups, k, groups_per_row);
+}
+
+}  // namespace mxmoe::sm90

@@ -1,0 +1,35 @@
+#pragma once
+// The activation order of Hopper's wgmma tiles (wgmma_gemm.hpp). A wgmma reads B (the activations)
+// from shared memory in plain K order, 16 per instruction, while the A fragments come from the GEMV
+// layout's records (gemv_layout.hpp): in K step s, lane (g, q) holds MX block q of the chunk, its
+// decoded pairs (mma/bf16_atom.cuh) 2h and 2h+1 of word w, where s = 2w + h. So each 128-element
+// chunk of a row is stored with element k = 32q + 8w + e at
+//   ((4w + p) * 4 + q) * 2 + i,   p, i = mma::permuted_position(e) / 2, % 2
+// (K step s then reads stored elements 16s .. 16s + 15), and rows are padded to whole chunks with
+// zeros: the records' blocks past K are zero weights, which must not meet stale NaNs.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/gemv/gemv_layout.hpp"
+#include "kernels/mma/permute_words.hpp"
+
+namespace mxmoe::sm90 {
+
+// A row of K elements padded to whole chunks.
+constexpr int64_t padded_k(int64_t k) { return (k + gemv::kChunkK - 1) / gemv::kChunkK * gemv::kChunkK; }
+
+// The stored position of element k (0..127) of a chunk.
+constexpr int chunk_position(int k) {
+  const int q = k >> 5, w = (k >> 3) & 3, pp = mma::permuted_position(k & 7);
+  return ((4 * w + (pp >> 1)) * 4 + q) * 2 + (pp & 1);
+}
+static_assert(chunk_position(3) == 0 && chunk_position(7) == 1 && chunk_position(35) == 2 &&
+                  chunk_position(99) == 6 && chunk_position(2) == 8 && chunk_position(8 + 3) == 32,
+              "K step 0: pair (3,7) of blocks 0..3, then pair (2,6); word 1 from element 32");
+
+// out [rows, padded_k(k)] = in [rows, k] in chunk order, zeros past k; 16-byte aligned buffers.
+// Launched with programmatic dependent launch (it waits for its predecessor before reading).
+void to_chunk_order(const uint16_t* in, uint16_t* out, int64_t rows, int k, cudaStream_t stream);
+
+}  // namespace mxmoe::sm90

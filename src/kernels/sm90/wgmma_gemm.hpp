@@ -1,0 +1,39 @@
+#pragma once
+// Hopper's tensor-core family (sm_90a): warpgroup MMAs (wgmma) with the weights on M, decoded from
+// e2m1 to bf16 in registers as the other families decode them (the GEMV layout's records, read as
+// they are), and 64 or 128 rows of one expert on N, read by the wgmma straight from 128-byte-swizzled
+// shared memory. The mma.sync tiles (mma/) leave much of Hopper's tensor rate unused: their B
+// fragments pass through registers and every MMA is a warp instruction; a wgmma of 64 x 128 x 16 is
+// one instruction per warpgroup and runs while the warps decode the next weights.
+//
+// Block: 2 warpgroups (8 warps), warp i one 16-row weight tile (128 weight rows per block) x `rows`
+// rows of an expert, K in chunks of 128 through the family's cp.async ring (mma/chunk_pipeline.cuh).
+// The activations come in chunk order (chunk_order.hpp), rows padded to whole chunks: GEMM1's from
+// to_chunk_order(), GEMM2's from GEMM1's epilogue, which writes them so. MmaArgs::k is therefore the
+// padded row length, not K (the records' chunk count says how far K goes).
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/mma/mma_gemm.hpp"
+
+namespace mxmoe::sm90 {
+
+inline constexpr int kBlockWeightRows = 128;
+
+// Whether this build has the family (not in the minimal profile) with code for this device: a compute
+// capability 9.0 device and an sm_90a build.
+bool wgmma_built();
+bool wgmma_runs(int device);
+// Whether `rows` (64 or 128) is a tile of the family.
+bool wgmma_rows_supported(int rows);
+size_t wgmma_smem_bytes(int rows);
+// Lets the kernels use their dynamic shared memory (idempotent); needs wgmma_runs.
+void configure_wgmma();
+// GEMM1 (+ bias + SwiGLU -> bf16 intermediate in chunk order, row length padded_k(n / 2)) or GEMM2
+// (+ bias, times the routing weight -> fp32 rows). Programmatic dependent launch.
+template <bool kGemm1>
+void launch_wgmma(const mma::MmaArgs& args, int64_t tokens, int max_active, int rows, cudaStream_t stream);
+
+}  // namespace mxmoe::sm90

@@ -1,0 +1,244 @@
+// The wgmma tiles (wgmma_gemm.hpp).
+//
+// K step s (0..7) of a chunk: warp i's lane (g, q) decodes word w = s / 2 of rows g and g+8 of its
+// tile (MX block q of the chunk) into 4 bf16 pairs each, and pairs 2h, 2h+1 (h = s % 2) are its A
+// fragment: a0 = row g pair 2h, a1 = row g+8 pair 2h, a2 = row g pair 2h+1, a3 = row g+8 pair 2h+1.
+// The staged activations hold, in chunk order, exactly those elements at the K slots 2q.. and 2q+8..
+// of step s (chunk_order.hpp), so one wgmma per step multiplies them with no permute.
+//
+// Shared memory per stage: the activations in two 128-byte-swizzled halves of K (rows x 128 bytes
+// each, 1024-byte aligned), then the 8 weight records. A chunk's 8 wgmmas per warpgroup are 4 groups
+// (one per decoded word, so the decode of word w+1 runs under the MMAs of word w); the warpgroup
+// retires them all before the chunk's stage can be refilled.
+#include <cuda_bf16.h>
+
+#include "kernels/common/pdl_launch.cuh"
+#include "kernels/common/static_smem.hpp"
+#include "kernels/common/wgmma.cuh"
+#include "kernels/gemv/gemv_layout.hpp"
+#include "kernels/mma/bf16_atom.cuh"
+#include "kernels/mma/chunk_pipeline.cuh"
+#include "kernels/mma/m_tile_rows.cuh"
+#include "kernels/mma/swap_epilogue.cuh"
+#include "kernels/mma/weight_stage.cuh"
+#include "kernels/sm90/chunk_order.hpp"
+#include "kernels/sm90/wgmma_gemm.hpp"
+#include "moe/cuda_check.hpp"
+#include "routing/m_tiles.cuh"
+
+namespace mxmoe::sm90 {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kTiles = kWarps;  // one 16-row weight tile per warp
+static_assert(kTiles * gemv::kTileRows == kBlockWeightRows, "128 weight rows per block");
+constexpr int kStages = 2;
+constexpr int kLineBytes = 128;  // one swizzle line: 64 bf16 of K
+
+template <int kRows>
+struct WgShape {
+  static_assert(kRows % 8 == 0, "whole 8-row swizzle groups");
+  static constexpr int kHalfBytes = kRows * kLineBytes;  // 64 of K, every row
+  static constexpr int kActBytes = 2 * kHalfBytes;
+  static constexpr int kStageBytes = (kActBytes + kTiles * gemv::kChunkBytes + 1023) / 1024 * 1024;
+  static constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + the base's alignment to 1024
+};
+
+#if defined(MXMOE_WGMMA_ARCH)
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+#endif
+
+// The wgmma of N = kN (32, 64 or 128).
+template <int kN>
+__device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint64_t desc) {
+  if constexpr (kN == 128)
+    kernels::wgmma_m64n128k16_bf16_rs(d, a0, a1, a2, a3, desc);
+  else if constexpr (kN == 64)
+    kernels::wgmma_m64n64k16_bf16_rs(d, a0, a1, a2, a3, desc);
+  else
+    kernels::wgmma_m64n32k16_bf16_rs(d, a0, a1, a2, a3, desc);
+}
+
+// One chunk of one warpgroup: the warp's tile record decoded word by word, each word's two K steps
+// one wgmma of N = kN (the block's first kN rows, kN <= kRows) each, one group per word; all retired
+// at the end. `act`: the stage's activations (shared-memory address).
+template <class Atom, int kRows, int kN>
+__device__ __forceinline__ void wgmma_chunk(uint32_t act, const uint8_t* record, bool tile_active, int lane,
+                                            float (&acc)[kRows / 2]) {
+  static_assert(kN <= kRows, "the instruction's rows are the block's first");
+  float(&d)[kN / 2] = *reinterpret_cast<float(*)[kN / 2]>(&acc);
+  const uint32_t sc = *reinterpret_cast<const uint16_t*>(record + gemv::kChunkWeightBytes + lane * 2);
+  const typename Atom::Scale s_lo = Atom::scale(sc & 0xFFu), s_hi = Atom::scale(sc >> 8);
+  kernels::wgmma_fence_operands(d);
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    uint32_t lo[4], hi[4];  // rows g and g+8: pairs (3,7), (2,6), (1,5), (0,4) of word w
+    Atom::decode(*reinterpret_cast<const uint32_t*>(record + lane * 16 + 4 * w), s_lo, lo);
+    Atom::decode(*reinterpret_cast<const uint32_t*>(record + 512 + lane * 16 + 4 * w), s_hi, hi);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // a tile past the GEMM's last: its record was not loaded
+      lo[j] = tile_active ? lo[j] : 0u;
+      hi[j] = tile_active ? hi[j] : 0u;
+    }
+    kernels::wgmma_fence();
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int s = 2 * w + h;  // K step: 32 bytes of each row, in half s / 4 of the chunk
+      const uint64_t desc = kernels::wgmma_desc_sw128(act + (s >> 2) * WgShape<kRows>::kHalfBytes + (s & 3) * 32);
+      wgmma_rs<kN>(d, lo[2 * h], hi[2 * h], lo[2 * h + 1], hi[2 * h + 1], desc);
+    }
+    kernels::wgmma_commit();
+  }
+  kernels::wgmma_wait<0>();
+  kernels::wgmma_fence_operands(d);
+}
+
+template <bool kGemm1, bool kWideScales, int kRows>
+__global__ void __launch_bounds__(kThreads, 2) wgmma_gemm_kernel(const mma::MmaArgs a) {
+#if defined(MXMOE_WGMMA_ARCH)
+  using S = WgShape<kRows>;
+  using Atom = mma::Bf16Atom<kWideScales>;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  __shared__ routing::MTile tile;
+  __shared__ int64_t src_row[kRows];
+  // The swizzle is a function of the address bits: each stage's lines start 1024-byte aligned.
+  uint8_t* smem = smem_raw + ((1024 - (smem_address(smem_raw) & 1023)) & 1023);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  if (!mma::begin_m_tile<kRows, kGemm1>(a, tile, src_row)) return;
+  const int expert = tile.expert;
+  const int tile0 = static_cast<int>(blockIdx.y) * kTiles;
+  const uint8_t* weights = a.weights + expert * a.expert_stride;
+
+  auto load_stage = [&](int stage, int c) {
+    uint8_t* act = smem + stage * S::kStageBytes;
+    // 16-byte group gr (0..15) of row r's chunk: line gr / 8, swizzled by the row.
+    mma::load_act_chunk<kRows, kThreads>(a, src_row, c, [&](int r, int gr) {
+      return act + (gr >> 3) * S::kHalfBytes + r * kLineBytes + (((gr & 7) ^ (r & 7)) << 4);
+    });
+    mma::load_weight_records<kTiles, kThreads>(act + S::kActBytes, weights, tile0, a.tiles, a.chunks, c);
+  };
+
+  const int my_tile = tile0 + warp;
+  const bool tile_active = my_tile < a.tiles;
+  // The warpgroup runs when its first tile exists (its other warps multiply zeros if theirs do not).
+  const bool group_active = tile0 + (warp & ~3) < a.tiles;
+  // Rows in the first half only: the wgmma of half the width.
+  const bool half = tile.rows <= kRows / 2;
+  float acc[kRows / 2] = {};
+
+  mma::run_chunk_pipeline<kStages>(a.chunks, load_stage, [&](int stage) {
+    if (!group_active) return;
+    const uint8_t* st = smem + stage * S::kStageBytes;
+    const uint8_t* record = st + S::kActBytes + warp * gemv::kChunkBytes;
+    if (half)
+      wgmma_chunk<Atom, kRows, kRows / 2>(smem_address(st), record, tile_active, lane, acc);
+    else
+      wgmma_chunk<Atom, kRows, kRows>(smem_address(st), record, tile_active, lane, acc);
+  });
+
+  const int64_t pitch = padded_k(a.n / 2);
+  if (kGemm1 && blockIdx.y == gridDim.y - 1) {
+    // The intermediate's padding past I (in its last chunk): zeros, which GEMM2 multiplies with the
+    // zero weights of its records' blocks past K.
+    const int features = a.n / 2, pad = static_cast<int>(pitch) - features;
+    for (int i = threadIdx.x; i < tile.rows * pad; i += kThreads) {
+      const int f = features + i % pad;
+      static_cast<uint16_t*>(a.out)[(tile.row0 + i / pad) * pitch + (f & ~(gemv::kChunkK - 1)) +
+                                    chunk_position(f & (gemv::kChunkK - 1))] = 0;
+    }
+  }
+  if (!tile_active) return;
+  const float(&acc_tiles)[1][kRows / 8][4] = *reinterpret_cast<const float(*)[1][kRows / 8][4]>(&acc);
+  mma::store_swap_rows<kGemm1>(
+      mma::EpilogueArgs{a.bias, a.n, a.row_pair, a.pair_weights, a.out, a.alpha, a.limit}, acc_tiles, expert,
+      tile.row0, tile.rows, my_tile, 0, g, t, [pitch](int64_t row, int f) {
+        return row * pitch + (f & ~(gemv::kChunkK - 1)) + chunk_position(f & (gemv::kChunkK - 1));
+      });
+#else
+  (void)a;
+  __trap();
+#endif
+}
+
+template <class F>
+void for_each_variant(F&& f) {
+#if !defined(MXMOE_MINIMAL)
+  f(wgmma_gemm_kernel<true, false, 64>, 64);
+  f(wgmma_gemm_kernel<true, true, 64>, 64);
+  f(wgmma_gemm_kernel<false, false, 64>, 64);
+  f(wgmma_gemm_kernel<false, true, 64>, 64);
+  f(wgmma_gemm_kernel<true, false, 128>, 128);
+  f(wgmma_gemm_kernel<true, true, 128>, 128);
+  f(wgmma_gemm_kernel<false, false, 128>, 128);
+  f(wgmma_gemm_kernel<false, true, 128>, 128);
+#else
+  (void)f;
+#endif
+}
+
+}  // namespace
+
+bool wgmma_built() {
+#if defined(MXMOE_MINIMAL)
+  return false;
+#else
+  return true;
+#endif
+}
+
+bool wgmma_rows_supported(int rows) { return wgmma_built() && (rows == 64 || rows == 128); }
+
+size_t wgmma_smem_bytes(int rows) {
+  return rows == 64 ? WgShape<64>::kSmemBytes : WgShape<128>::kSmemBytes;
+}
+
+bool wgmma_runs(int device) {
+  if (!wgmma_built()) return false;
+  int major = 0, minor = 0, optin = 0;
+  MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  // wgmma is sm_90a only: Hopper, in a build with its code (a build for other archs has no image).
+  if (major != 9 || minor != 0) return false;
+  cudaFuncAttributes attr{};
+  if (cudaFuncGetAttributes(&attr, wgmma_gemm_kernel<true, false, 64>) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return kernels::variants_fit([](auto f) { for_each_variant(f); }, wgmma_smem_bytes, static_cast<size_t>(optin));
+}
+
+void configure_wgmma() {
+  for_each_variant([&](auto kernel, int rows) {
+    MXMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(wgmma_smem_bytes(rows))));
+  });
+}
+
+template <bool kGemm1>
+void launch_wgmma(const mma::MmaArgs& a, int64_t tokens, int max_active, int rows, cudaStream_t stream) {
+  MXMOE_REQUIRE(wgmma_rows_supported(rows), "wgmma: tiles have 64 or 128 rows (not in the minimal profile), got ",
+                rows);
+  MXMOE_REQUIRE(a.k == padded_k(a.k) && a.k >= a.chunks * gemv::kChunkK,
+                "wgmma: the activations' row length must be whole chunks covering K, got ", a.k);
+  if (tokens == 0 || max_active == 0) return;
+  const unsigned m_blocks = mma::m_tile_blocks(a, tokens, max_active, rows);
+  const dim3 grid(m_blocks, static_cast<unsigned>((a.tiles + kTiles - 1) / kTiles));
+  auto go = [&](auto kernel) {
+    kernels::launch_with_pdl(kernel, grid, dim3(kThreads), wgmma_smem_bytes(rows), stream, a);
+  };
+  if (rows == 64)
+    a.wide_scales ? go(wgmma_gemm_kernel<kGemm1, true, 64>) : go(wgmma_gemm_kernel<kGemm1, false, 64>);
+  else
+    a.wide_scales ? go(wgmma_gemm_kernel<kGemm1, true, 128>) : go(wgmma_gemm_kernel<kGemm1, false, 128>);
+}
+
+template void launch_wgmma<true>(const mma::MmaArgs&, int64_t, int, int, cudaStream_t);
+template void launch_wgmma<false>(const mma::MmaArgs&, int64_t, int, int, cudaStream_t);
+
+}  // namespace mxmoe::sm90
