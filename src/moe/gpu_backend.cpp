@@ -204,8 +204,8 @@ class GpuBackend final : public BackendImpl {
                   "MXMOE_MMA_MTILES: the 128-row tile needs ",
                   "a Hopper GPU (compute capability 9.x) with ", mma::wide_smem_bytes(),
                   " bytes of shared memory per block (or MXMOE_MMA_SWAP_AB=1)");
-    // Tuning knob: the wgmma tiles (1: forced, with MXMOE_MMA_MTILES 4 or 8 or the rule's size; 0: never;
-    // unset: the planner's choice).
+    // Tuning knob: the wgmma tiles (1: forced, with MXMOE_MMA_MTILES 4 or 8, else the 128-row tile; 0:
+    // never; unset: the planner's choice).
     if (const char* env = std::getenv("MXMOE_MMA_WGMMA"); env != nullptr && *env != '\0')
       wgmma_knob_ = env_choice("MXMOE_MMA_WGMMA", {0, 1});
     MXMOE_REQUIRE(wgmma_knob_ != 1 || wgmma_ok_, "MXMOE_MMA_WGMMA: the wgmma tiles need a compute capability 9.0 GPU ",
@@ -404,14 +404,15 @@ class GpuBackend final : public BackendImpl {
 
   // The tensor-core tile: forced (MXMOE_MMA_MTILES, MXMOE_MMA_SWAP_AB), else the tune table's (when
   // built here), else the rule of mma::tile_for.
-  // Hopper's wgmma tiles (Auto, no tune table) from kWgmmaMinRows rows per expert, the 128-row one from
-  // kWgmmaWideRows: see docs/perf-log.md.
-  static constexpr double kWgmmaMinRows = 14.0;
-  static constexpr double kWgmmaWideRows = 96.0;
+  // Hopper's 128-row wgmma tile (Auto, no tune table) from kWgmmaMinRows rows per expert; below, the
+  // swap-AB tiles. Measured on an H200 (gpt-oss-120b, docs/perf-log.md): at 32 rows per expert (T =
+  // 1024) the 32-row swap tile is as fast as the 64-row wgmma tile; at 64 rows (T = 2048) the 128-row
+  // wgmma tile is faster than both. The 64-row wgmma tile stays for tune tables and the knob.
+  static constexpr double kWgmmaMinRows = 48.0;
   mma::MmaTile mma_tile_for(int64_t tokens) const {
     const double rows = rows_per_expert(tokens);
     if (wgmma_knob_ == 1)
-      return {mtiles_override_ > 0 ? mtiles_override_ : rows < kWgmmaWideRows ? 4 : 8, false, true};
+      return {mtiles_override_ > 0 ? mtiles_override_ : 8, false, true};
     if (mtiles_override_ > 0 || swap_override_) {
       mma::MmaTile tile = mma::tile_for(rows_per_expert(tokens));
       if (mtiles_override_ > 0) tile.m_tiles = mtiles_override_;
@@ -427,7 +428,7 @@ class GpuBackend final : public BackendImpl {
       if (p.mma && p.wgmma && wgmma_ok_ && wgmma_knob_ != 0) return tile;
       if (p.mma && !p.wgmma && mma::tile_supported(tile) && (!wide || wide_tile_ok_)) return tile;
     }
-    if (wgmma_ok_ && wgmma_knob_ != 0 && rows >= kWgmmaMinRows) return {rows < kWgmmaWideRows ? 4 : 8, false, true};
+    if (wgmma_ok_ && wgmma_knob_ != 0 && rows >= kWgmmaMinRows) return {8, false, true};
     return mma::tile_for(rows);
   }
 

@@ -511,7 +511,8 @@ TEST(GpuLayerVariants, EveryWgmmaTileMatchesReference) {
       const LayerInputs in = make_inputs(c, seed);
       const ScopedEnv knob("MXMOE_MMA_MTILES", std::to_string(m_tiles).c_str()), wgmma("MXMOE_MMA_WGMMA", "1");
       const MoeRunner runner(in.cfg, in.layer.view(), gemv_options(c.tokens, Backend::Mma));
-      ASSERT_NE(runner.describe_plan(c.tokens).find("wgmma bf16 128x" + std::to_string(mma::block_m(m_tiles)) + "x"),
+      ASSERT_NE(runner.describe_plan(c.tokens).find("wgmma bf16 " + std::to_string(sm90::kBlockWeightRows) + "x" +
+                                                    std::to_string(mma::block_m(m_tiles)) + "x"),
                 std::string::npos)
           << runner.describe_plan(c.tokens);
       const auto out = run_checked(runner, in, c.tokens);
@@ -541,7 +542,9 @@ TEST(GpuLayerErrors, RefusesWgmmaKnobsThatCannotRun) {
   }
   refused({{"MXMOE_MMA_WGMMA", "1"}, {"MXMOE_MMA_MTILES", "2"}});
   refused({{"MXMOE_MMA_WGMMA", "1"}, {"MXMOE_MMA_SWAP_AB", "1"}});
-  // 0 turns the wgmma tiles off for Auto: a plan that would take them takes the swap-AB tile instead.
+  // Auto takes them at 64 rows per expert (T = 256 of 8 experts, top 2); 0 turns them off.
+  const MoeRunner on(cfg, layer.view(), gemv_options(256, Backend::Auto));
+  EXPECT_NE(on.describe_plan(256).find("wgmma"), std::string::npos) << on.describe_plan(256);
   const ScopedEnv off("MXMOE_MMA_WGMMA", "0");
   const MoeRunner runner(cfg, layer.view(), gemv_options(256, Backend::Auto));
   EXPECT_EQ(runner.describe_plan(256).find("wgmma"), std::string::npos) << runner.describe_plan(256);

@@ -6,8 +6,11 @@
 // fragments pass through registers and every MMA is a warp instruction; a wgmma of 64 x 128 x 16 is
 // one instruction per warpgroup and runs while the warps decode the next weights.
 //
-// Block: 2 warpgroups (8 warps), warp i one 16-row weight tile (128 weight rows per block) x `rows`
-// rows of an expert, K in chunks of 128 through the family's cp.async ring (mma/chunk_pipeline.cuh).
+// Block: 4 warpgroups (16 warps), warp i one 16-row weight tile (256 weight rows per block: each
+// staged row of activations feeds 256 weight rows, half the L2 reads of 128; on an H200 faster than
+// 128 rows at 2 blocks per SM and than 192 rows with 12 warps: docs/perf-log.md) x
+// `rows` rows of an expert, K in chunks of 128 through the family's cp.async ring
+// (mma/chunk_pipeline.cuh), 4 stages deep with one chunk of MMAs in flight across the barrier.
 // The activations come in chunk order (chunk_order.hpp), rows padded to whole chunks: GEMM1's from
 // to_chunk_order(), GEMM2's from GEMM1's epilogue, which writes them so. MmaArgs::k is therefore the
 // padded row length, not K (the records' chunk count says how far K goes).
@@ -20,7 +23,7 @@
 
 namespace mxmoe::sm90 {
 
-inline constexpr int kBlockWeightRows = 128;
+inline constexpr int kBlockWeightRows = 256;
 
 // Whether this build has the family (not in the minimal profile) with code for this device: a compute
 // capability 9.0 device and an sm_90a build.

@@ -7,9 +7,9 @@
 // of step s (chunk_order.hpp), so one wgmma per step multiplies them with no permute.
 //
 // Shared memory per stage: the activations in two 128-byte-swizzled halves of K (rows x 128 bytes
-// each, 1024-byte aligned), then the 8 weight records. A chunk's 8 wgmmas per warpgroup are 4 groups
-// (one per decoded word, so the decode of word w+1 runs under the MMAs of word w); the warpgroup
-// retires them all before the chunk's stage can be refilled.
+// each, 1024-byte aligned), then the 16 weight records. A chunk's 8 wgmmas per warpgroup are 4 groups,
+// one per decoded word; the warpgroup retires a group one chunk later (wgmma_chunk), so its stage is
+// refilled one chunk later than the mma.sync tiles' (chunk_pipeline.cuh, kInFlight 1).
 #include <cuda_bf16.h>
 
 #include "kernels/common/pdl_launch.cuh"
@@ -29,11 +29,13 @@
 namespace mxmoe::sm90 {
 namespace {
 
-constexpr int kWarps = 8;
+constexpr int kWarps = 16;
 constexpr int kThreads = kWarps * 32;
 constexpr int kTiles = kWarps;  // one 16-row weight tile per warp
-static_assert(kTiles * gemv::kTileRows == kBlockWeightRows, "128 weight rows per block");
-constexpr int kStages = 2;
+static_assert(kTiles * gemv::kTileRows == kBlockWeightRows, "a 16-row weight tile per warp");
+// Four stages, chunk c's MMAs still in flight while chunk c + 1 is decoded and issued (kInFlight 1 of
+// chunk_pipeline.cuh): chunks are requested two ahead. One block per SM (197 KB at 128 rows).
+constexpr int kStages = 4;
 constexpr int kLineBytes = 128;  // one swizzle line: 64 bf16 of K
 
 template <int kRows>
@@ -51,7 +53,7 @@ __device__ __forceinline__ uint32_t smem_address(const void* p) {
 }
 #endif
 
-// The wgmma of N = kN (32, 64 or 128).
+// The wgmma of N = kN (16, 32, 64 or 128).
 template <int kN>
 __device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint64_t desc) {
@@ -59,46 +61,49 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], uint32_t a0, uint32
     kernels::wgmma_m64n128k16_bf16_rs(d, a0, a1, a2, a3, desc);
   else if constexpr (kN == 64)
     kernels::wgmma_m64n64k16_bf16_rs(d, a0, a1, a2, a3, desc);
-  else
+  else if constexpr (kN == 32)
     kernels::wgmma_m64n32k16_bf16_rs(d, a0, a1, a2, a3, desc);
+  else
+    kernels::wgmma_m64n16k16_bf16_rs(d, a0, a1, a2, a3, desc);
 }
 
 // One chunk of one warpgroup: the warp's tile record decoded word by word, each word's two K steps
-// one wgmma of N = kN (the block's first kN rows, kN <= kRows) each, one group per word; all retired
-// at the end. `act`: the stage's activations (shared-memory address).
+// one wgmma of N = kN (the block's first kN rows, kN <= kRows) each, one group per word. Before word
+// w, all groups but the last are retired (at most one stays queued behind the one issued next), so
+// the registers of word w - 2 can take word w and ptxas keeps the wgmmas asynchronous (two queued
+// groups need more registers than 16 warps have, and ptxas then serialises them). `act`: the stage's
+// activations (shared-memory address). A warp whose tile is past the GEMM's last decodes whatever
+// its unloaded record holds: its A rows only reach its own accumulator rows, which are never stored.
 template <class Atom, int kRows, int kN>
-__device__ __forceinline__ void wgmma_chunk(uint32_t act, const uint8_t* record, bool tile_active, int lane,
-                                            float (&acc)[kRows / 2]) {
+__device__ __forceinline__ void wgmma_chunk(uint32_t act, const uint8_t* record, int lane, float (&acc)[kRows / 2]) {
   static_assert(kN <= kRows, "the instruction's rows are the block's first");
   float(&d)[kN / 2] = *reinterpret_cast<float(*)[kN / 2]>(&acc);
   const uint32_t sc = *reinterpret_cast<const uint16_t*>(record + gemv::kChunkWeightBytes + lane * 2);
   const typename Atom::Scale s_lo = Atom::scale(sc & 0xFFu), s_hi = Atom::scale(sc >> 8);
-  kernels::wgmma_fence_operands(d);
+  // K step s starts (s / 4) half-chunks and (s % 4) * 32 bytes into the stage: added to the
+  // descriptor's address field (address >> 4, no carry out of it below 256 KB).
+  const uint64_t desc0 = kernels::wgmma_desc_sw128(act);
 #pragma unroll
   for (int w = 0; w < 4; ++w) {
+    kernels::wgmma_wait<1>();
     uint32_t lo[4], hi[4];  // rows g and g+8: pairs (3,7), (2,6), (1,5), (0,4) of word w
+    // Word by word from shared memory: the lane's 8 words held at once cost ptxas the registers of
+    // the asynchronous wgmmas.
     Atom::decode(*reinterpret_cast<const uint32_t*>(record + lane * 16 + 4 * w), s_lo, lo);
     Atom::decode(*reinterpret_cast<const uint32_t*>(record + 512 + lane * 16 + 4 * w), s_hi, hi);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {  // a tile past the GEMM's last: its record was not loaded
-      lo[j] = tile_active ? lo[j] : 0u;
-      hi[j] = tile_active ? hi[j] : 0u;
-    }
     kernels::wgmma_fence();
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int s = 2 * w + h;  // K step: 32 bytes of each row, in half s / 4 of the chunk
-      const uint64_t desc = kernels::wgmma_desc_sw128(act + (s >> 2) * WgShape<kRows>::kHalfBytes + (s & 3) * 32);
+      const int s = 2 * w + h;
+      const uint64_t desc = desc0 + static_cast<uint64_t>(((s >> 2) * WgShape<kRows>::kHalfBytes + (s & 3) * 32) >> 4);
       wgmma_rs<kN>(d, lo[2 * h], hi[2 * h], lo[2 * h + 1], hi[2 * h + 1], desc);
     }
     kernels::wgmma_commit();
   }
-  kernels::wgmma_wait<0>();
-  kernels::wgmma_fence_operands(d);
 }
 
 template <bool kGemm1, bool kWideScales, int kRows>
-__global__ void __launch_bounds__(kThreads, 2) wgmma_gemm_kernel(const mma::MmaArgs a) {
+__global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const mma::MmaArgs a) {
 #if defined(MXMOE_WGMMA_ARCH)
   using S = WgShape<kRows>;
   using Atom = mma::Bf16Atom<kWideScales>;
@@ -124,22 +129,26 @@ __global__ void __launch_bounds__(kThreads, 2) wgmma_gemm_kernel(const mma::MmaA
   };
 
   const int my_tile = tile0 + warp;
-  const bool tile_active = my_tile < a.tiles;
   // The warpgroup runs when its first tile exists (its other warps multiply zeros if theirs do not).
   const bool group_active = tile0 + (warp & ~3) < a.tiles;
-  // Rows in the first half only: the wgmma of half the width.
+  // Rows in the first half only (an expert's last m-tile is often nearly empty: gpt-oss-120b at T =
+  // 4096 has about 128 +- 11 rows per expert): the wgmma of half the width. A third, narrower path
+  // made ptxas serialise the wgmmas for want of registers.
   const bool half = tile.rows <= kRows / 2;
   float acc[kRows / 2] = {};
 
-  mma::run_chunk_pipeline<kStages>(a.chunks, load_stage, [&](int stage) {
+  mma::run_chunk_pipeline<kStages, 1, true>(a.chunks, load_stage, [&](int stage) {
     if (!group_active) return;
     const uint8_t* st = smem + stage * S::kStageBytes;
     const uint8_t* record = st + S::kActBytes + warp * gemv::kChunkBytes;
+    const uint32_t act = smem_address(st);
     if (half)
-      wgmma_chunk<Atom, kRows, kRows / 2>(smem_address(st), record, tile_active, lane, acc);
+      wgmma_chunk<Atom, kRows, kRows / 2>(act, record, lane, acc);
     else
-      wgmma_chunk<Atom, kRows, kRows>(smem_address(st), record, tile_active, lane, acc);
+      wgmma_chunk<Atom, kRows, kRows>(act, record, lane, acc);
   });
+  kernels::wgmma_wait<0>();
+  kernels::wgmma_fence_operands(acc);
 
   const int64_t pitch = padded_k(a.n / 2);
   if (kGemm1 && blockIdx.y == gridDim.y - 1) {
@@ -152,7 +161,7 @@ __global__ void __launch_bounds__(kThreads, 2) wgmma_gemm_kernel(const mma::MmaA
                                     chunk_position(f & (gemv::kChunkK - 1))] = 0;
     }
   }
-  if (!tile_active) return;
+  if (my_tile >= a.tiles) return;
   const float(&acc_tiles)[1][kRows / 8][4] = *reinterpret_cast<const float(*)[1][kRows / 8][4]>(&acc);
   mma::store_swap_rows<kGemm1>(
       mma::EpilogueArgs{a.bias, a.n, a.row_pair, a.pair_weights, a.out, a.alpha, a.limit}, acc_tiles, expert,
