@@ -404,11 +404,12 @@ class GpuBackend final : public BackendImpl {
 
   // The tensor-core tile: forced (MXMOE_MMA_MTILES, MXMOE_MMA_SWAP_AB), else the tune table's (when
   // built here), else the rule of mma::tile_for.
-  // Hopper's 128-row wgmma tile (Auto, no tune table) from kWgmmaMinRows rows per expert; below, the
-  // swap-AB tiles. Measured on an H200 (gpt-oss-120b, docs/perf-log.md): at 32 rows per expert (T =
-  // 1024) the 32-row swap tile is as fast as the 64-row wgmma tile; at 64 rows (T = 2048) the 128-row
-  // wgmma tile is faster than both. The 64-row wgmma tile stays for tune tables and the knob.
-  static constexpr double kWgmmaMinRows = 48.0;
+  // Hopper's wgmma tiles (Auto, no tune table): 64 rows from kWgmmaMinRows rows per expert, 128 from
+  // kWgmmaWideRows; below, the mma.sync tiles. Measured on an H200 (gpt-oss-120b, docs/perf-log.md), us:
+  // 16 rows per expert (T = 512): 32-row swap 871, 64-row wgmma 1024; 32 rows (T = 1024): 1211 / 1110,
+  // 128-row wgmma 1400; 64 rows (T = 2048): 64-row wgmma 1777, 128-row 1649.
+  static constexpr double kWgmmaMinRows = 24.0;
+  static constexpr double kWgmmaWideRows = 48.0;
   mma::MmaTile mma_tile_for(int64_t tokens) const {
     const double rows = rows_per_expert(tokens);
     if (wgmma_knob_ == 1)
@@ -428,7 +429,7 @@ class GpuBackend final : public BackendImpl {
       if (p.mma && p.wgmma && wgmma_ok_ && wgmma_knob_ != 0) return tile;
       if (p.mma && !p.wgmma && mma::tile_supported(tile) && (!wide || wide_tile_ok_)) return tile;
     }
-    if (wgmma_ok_ && wgmma_knob_ != 0 && rows >= kWgmmaMinRows) return {8, false, true};
+    if (wgmma_ok_ && wgmma_knob_ != 0 && rows >= kWgmmaMinRows) return {rows < kWgmmaWideRows ? 4 : 8, false, true};
     return mma::tile_for(rows);
   }
 
