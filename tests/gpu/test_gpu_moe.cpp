@@ -472,54 +472,46 @@ TEST(GpuLayerVariants, EveryTensorCoreTileMatchesReference) {
   }
 }
 
+// One forced tensor-core tile over the variant shapes: `form_knob`=1 with MXMOE_MMA_MTILES=m_tiles, the
+// plan naming `plan_piece`; against the reference, graph replay and a second run bit-identical.
+void expect_forced_tile_matches(const char* form_knob, int m_tiles, const std::string& plan_piece) {
+  for (const InputCase& c : kVariantCases) {
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE(std::string(form_knob) + "=1, MXMOE_MMA_MTILES=" + std::to_string(m_tiles) + ", " + describe(c, seed));
+    const LayerInputs in = make_inputs(c, seed);
+    const ScopedEnv knob("MXMOE_MMA_MTILES", std::to_string(m_tiles).c_str()), form(form_knob, "1");
+    const MoeRunner runner(in.cfg, in.layer.view(), gemv_options(c.tokens, Backend::Mma));
+    ASSERT_NE(runner.describe_plan(c.tokens).find(plan_piece), std::string::npos) << runner.describe_plan(c.tokens);
+    const auto out = run_checked(runner, in, c.tokens);
+    EXPECT_EQ(out, run_graph_replay(runner, in.hidden, in.logits, c.tokens)) << "graph replay differs from eager";
+    EXPECT_EQ(out, run_on_gpu(runner, in.hidden, in.logits, c.tokens)) << "two runs differ";
+  }
+}
+
 // Every swap-AB tile (MXMOE_MMA_SWAP_AB=1 with MXMOE_MMA_MTILES 2, 4, 8: weights on the MMA's M side,
 // 32, 64 or 128 rows of an expert on N, n8 groups past an expert's rows skipped) against the reference.
 TEST(GpuLayerVariants, EverySwapTileMatchesReference) {
   MXMOE_SKIP_WITHOUT_GPU();
-  for (const int m_tiles : {2, 4, 8}) {
-    if (!mma::swap_supported(m_tiles)) continue;
-    for (const InputCase& c : kVariantCases) {
-      const uint64_t seed = fresh_seed();
-      SCOPED_TRACE("MXMOE_MMA_SWAP_AB=1, MXMOE_MMA_MTILES=" + std::to_string(m_tiles) + ", " + describe(c, seed));
-      const LayerInputs in = make_inputs(c, seed);
-      const ScopedEnv knob("MXMOE_MMA_MTILES", std::to_string(m_tiles).c_str()), swap("MXMOE_MMA_SWAP_AB", "1");
-      const MoeRunner runner(in.cfg, in.layer.view(), gemv_options(c.tokens, Backend::Mma));
-      ASSERT_NE(runner.describe_plan(c.tokens).find("swap-AB " + std::to_string(m_tiles == 8 ? 128 : 256) + "x" +
-                                                    std::to_string(mma::block_m(m_tiles)) + "x"),
-                std::string::npos)
-          << runner.describe_plan(c.tokens);
-      const auto out = run_checked(runner, in, c.tokens);
-      EXPECT_EQ(out, run_graph_replay(runner, in.hidden, in.logits, c.tokens)) << "graph replay differs from eager";
-      EXPECT_EQ(out, run_on_gpu(runner, in.hidden, in.logits, c.tokens)) << "two runs differ";
-    }
-  }
+  for (const int m_tiles : {2, 4, 8})
+    if (mma::swap_supported(m_tiles))
+      expect_forced_tile_matches("MXMOE_MMA_SWAP_AB", m_tiles,
+                                 "swap-AB " + std::to_string(m_tiles == 8 ? 128 : 256) + "x" +
+                                     std::to_string(mma::block_m(m_tiles)) + "x");
 }
 
 // Every wgmma tile (Hopper: MXMOE_MMA_WGMMA=1 with MXMOE_MMA_MTILES 4, 8) against the reference over
 // the variant shapes (K not a multiple of 128: the chunk order's zero padding; tiles not a multiple
-// of 8 or 4: a block's idle warps and warpgroups; an expert taking every token; experts with none;
+// of 16 or 4: a block's idle warps and warpgroups; an expert taking every token; experts with none;
 // fewer rows than half a tile: the half-width wgmma), graph replay and repeated runs bit-identical.
 TEST(GpuLayerVariants, EveryWgmmaTileMatchesReference) {
   MXMOE_SKIP_WITHOUT_GPU();
   int device = 0;
   ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
   if (!sm90::wgmma_runs(device)) GTEST_SKIP() << "the wgmma tiles need a compute capability 9.0 GPU and sm_90a code";
-  for (const int m_tiles : {4, 8}) {
-    for (const InputCase& c : kVariantCases) {
-      const uint64_t seed = fresh_seed();
-      SCOPED_TRACE("MXMOE_MMA_WGMMA=1, MXMOE_MMA_MTILES=" + std::to_string(m_tiles) + ", " + describe(c, seed));
-      const LayerInputs in = make_inputs(c, seed);
-      const ScopedEnv knob("MXMOE_MMA_MTILES", std::to_string(m_tiles).c_str()), wgmma("MXMOE_MMA_WGMMA", "1");
-      const MoeRunner runner(in.cfg, in.layer.view(), gemv_options(c.tokens, Backend::Mma));
-      ASSERT_NE(runner.describe_plan(c.tokens).find("wgmma bf16 " + std::to_string(sm90::kBlockWeightRows) + "x" +
-                                                    std::to_string(mma::block_m(m_tiles)) + "x"),
-                std::string::npos)
-          << runner.describe_plan(c.tokens);
-      const auto out = run_checked(runner, in, c.tokens);
-      EXPECT_EQ(out, run_graph_replay(runner, in.hidden, in.logits, c.tokens)) << "graph replay differs from eager";
-      EXPECT_EQ(out, run_on_gpu(runner, in.hidden, in.logits, c.tokens)) << "two runs differ";
-    }
-  }
+  for (const int m_tiles : {4, 8})
+    expect_forced_tile_matches("MXMOE_MMA_WGMMA", m_tiles,
+                               "wgmma bf16 " + std::to_string(sm90::kBlockWeightRows) + "x" +
+                                   std::to_string(mma::block_m(m_tiles)) + "x");
 }
 
 // MXMOE_MMA_WGMMA: refused by name where the tiles cannot run, with a size they do not have, or with

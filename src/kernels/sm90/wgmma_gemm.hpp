@@ -25,8 +25,8 @@ namespace mxmoe::sm90 {
 
 inline constexpr int kBlockWeightRows = 256;
 
-// Whether this build has the family (not in the minimal profile) with code for this device: a compute
-// capability 9.0 device and an sm_90a build.
+// Whether this build has the family (not in the minimal profile), and whether it runs on `device`: a
+// compute capability 9.0 device, a build with sm_90a among its architectures, and the shared memory.
 bool wgmma_built();
 bool wgmma_runs(int device);
 // Whether `rows` (64 or 128) is a tile of the family.

@@ -12,6 +12,8 @@
 // refilled one chunk later than the mma.sync tiles' (chunk_pipeline.cuh, kInFlight 1).
 #include <cuda_bf16.h>
 
+#include <string_view>
+
 #include "kernels/common/pdl_launch.cuh"
 #include "kernels/common/static_smem.hpp"
 #include "kernels/common/wgmma.cuh"
@@ -206,8 +208,17 @@ size_t wgmma_smem_bytes(int rows) {
   return rows == 64 ? WgShape<64>::kSmemBytes : WgShape<128>::kSmemBytes;
 }
 
+// Whether the build's architectures include sm_90a (MXMOE_CUDA_ARCHS, e.g. "90a,120a,121a"): plain
+// sm_90 code has no wgmma, and there the kernels are trap stubs.
+static bool built_for_sm90a() {
+  const std::string_view archs = MXMOE_CUDA_ARCHS;
+  for (size_t at = archs.find("90a"); at != std::string_view::npos; at = archs.find("90a", at + 1))
+    if (at == 0 || archs[at - 1] == ',') return true;
+  return false;
+}
+
 bool wgmma_runs(int device) {
-  if (!wgmma_built()) return false;
+  if (!wgmma_built() || !built_for_sm90a()) return false;
   int major = 0, minor = 0, optin = 0;
   MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
