@@ -402,20 +402,20 @@ class GpuBackend final : public BackendImpl {
     return tune_ ? tune_->plan_for(rows_per_expert(tokens)).mma : rows_per_expert(tokens) >= kMmaMinRows;
   }
 
-  // The tensor-core tile: forced (MXMOE_MMA_MTILES, MXMOE_MMA_SWAP_AB), else the tune table's (when
-  // built here), else the rule of mma::tile_for.
   // Hopper's wgmma tiles (Auto, no tune table): 64 rows from kWgmmaMinRows rows per expert, 128 from
   // kWgmmaWideRows; below, the mma.sync tiles. Measured on an H200 (gpt-oss-120b, docs/perf-log.md), us:
   // 16 rows per expert (T = 512): 32-row swap 871, 64-row wgmma 1024; 32 rows (T = 1024): 1211 / 1110,
   // 128-row wgmma 1400; 64 rows (T = 2048): 64-row wgmma 1777, 128-row 1649.
   static constexpr double kWgmmaMinRows = 24.0;
   static constexpr double kWgmmaWideRows = 48.0;
+
+  // The tensor-core tile: forced (MXMOE_MMA_WGMMA, MXMOE_MMA_MTILES, MXMOE_MMA_SWAP_AB), else the tune
+  // table's (when built and runnable here), else Hopper's wgmma rule above, else mma::tile_for's.
   mma::MmaTile mma_tile_for(int64_t tokens) const {
     const double rows = rows_per_expert(tokens);
-    if (wgmma_knob_ == 1)
-      return {mtiles_override_ > 0 ? mtiles_override_ : 8, false, true};
+    if (wgmma_knob_ == 1) return {mtiles_override_ > 0 ? mtiles_override_ : 8, false, true};
     if (mtiles_override_ > 0 || swap_override_) {
-      mma::MmaTile tile = mma::tile_for(rows_per_expert(tokens));
+      mma::MmaTile tile = mma::tile_for(rows);
       if (mtiles_override_ > 0) tile.m_tiles = mtiles_override_;
       tile.swap_ab = swap_override_;
       // The swap form of the rule's 16-row tile does not exist: its smallest is 32 rows.
@@ -448,29 +448,25 @@ class GpuBackend final : public BackendImpl {
       sm90::to_chunk_order(hidden, ws.permuted_hidden, tokens, config_.hidden, stream);
       a.act = ws.permuted_hidden;
       a.k = static_cast<int>(sm90::padded_k(config_.hidden));
-      a.out = ws.intermediate;
-      sm90::launch_wgmma<true>(a, tokens, max_active, mma::block_m(tile.m_tiles), stream);
-      if (stages < 3) return;
-      bind_mma(a, w2_, config_.hidden, config_.intermediate);
-      a.act = static_cast<const uint16_t*>(ws.intermediate);
-      a.k = static_cast<int>(sm90::padded_k(config_.intermediate));
-      a.out = ws.expert_rows;
-      sm90::launch_wgmma<false>(a, tokens, max_active, mma::block_m(tile.m_tiles), stream);
-      if (stages < 4) return;
-      routing::combine_rows(ws.expert_rows, ws.routing.pair_row, tokens, config_.top_k, config_.hidden, out, stream);
-      return;
-    }
-    if (tile.swap_ab) {  // the swap-AB tiles read their activations in the decode's pair order
+    } else if (tile.swap_ab) {  // the swap-AB tiles read their activations in the decode's pair order
       mma::permute_words(hidden, ws.permuted_hidden, tokens * config_.hidden, stream);
       a.act = ws.permuted_hidden;
     }
     a.out = ws.intermediate;
-    mma::launch_gemm1(a, tokens, max_active, tile.m_tiles, stream);
+    if (tile.wgmma)
+      sm90::launch_wgmma<true>(a, tokens, max_active, mma::block_m(tile.m_tiles), stream);
+    else
+      mma::launch_gemm1(a, tokens, max_active, tile.m_tiles, stream);
     if (stages < 3) return;
     bind_mma(a, w2_, config_.hidden, config_.intermediate);
-    a.act = static_cast<const uint16_t*>(ws.intermediate);
+    a.act = static_cast<const uint16_t*>(ws.intermediate);  // GEMM1 wrote it in the order GEMM2 reads
     a.out = ws.expert_rows;
-    mma::launch_gemm2(a, tokens, max_active, tile.m_tiles, stream);
+    if (tile.wgmma) {
+      a.k = static_cast<int>(sm90::padded_k(config_.intermediate));
+      sm90::launch_wgmma<false>(a, tokens, max_active, mma::block_m(tile.m_tiles), stream);
+    } else {
+      mma::launch_gemm2(a, tokens, max_active, tile.m_tiles, stream);
+    }
     if (stages < 4) return;
     routing::combine_rows(ws.expert_rows, ws.routing.pair_row, tokens, config_.top_k, config_.hidden, out, stream);
   }

@@ -65,22 +65,6 @@ __device__ __forceinline__ void wgmma_fence_operands(float (&d)[kRegs]) {
 
 // D (64 x N, fp32) += A (64 x 16 bf16, registers) x B (N rows x 16 of K, bf16, shared memory through
 // `desc`), by the whole warpgroup.
-__device__ __forceinline__ void wgmma_m64n16k16_bf16_rs(float (&d)[8], uint32_t a0, uint32_t a1, uint32_t a2,
-                                                       uint32_t a3, uint64_t desc) {
-#if defined(MXMOE_WGMMA_ARCH)
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
-      "{%0,%1,%2,%3,%4,%5,%6,%7}, "
-      "{%8,%9,%10,%11}, %12, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
-#else
-  (void)d, (void)a0, (void)a1, (void)a2, (void)a3, (void)desc;
-  __trap();
-#endif
-}
-
 __device__ __forceinline__ void wgmma_m64n32k16_bf16_rs(float (&d)[16], uint32_t a0, uint32_t a1, uint32_t a2,
                                                         uint32_t a3, uint64_t desc) {
 #if defined(MXMOE_WGMMA_ARCH)

@@ -47,8 +47,7 @@ template <int kBlockM, int kThreads, class Place>
 __device__ __forceinline__ void load_act_chunk(const MmaArgs& a, const int64_t (&src_row)[kBlockM], int c,
                                                Place&& place) {
   constexpr int kRowsPerRound = kThreads / 16;
-  constexpr int kRounds = (kBlockM + kRowsPerRound - 1) / kRowsPerRound;  // the last may be partial
-  static_assert(kThreads % 16 == 0, "whole rows per round of the block's threads");
+  static_assert(kThreads % 16 == 0 && kBlockM % kRowsPerRound == 0, "whole rounds of the block's threads");
   static_assert(kRowsPerRound % 8 == 0, "rounds 8 rows apart: the same place in a row swizzled by row % 8");
   const int gr = threadIdx.x & 15, r0 = threadIdx.x >> 4;
   const int kk = c * gemv::kChunkK + gr * 8;
@@ -58,8 +57,7 @@ __device__ __forceinline__ void load_act_chunk(const MmaArgs& a, const int64_t (
   // Rows r and r + kRowsPerRound sit at the same place in their rows (a multiple of 8 rows apart).
   const int step = static_cast<int>(place(r0 + kRowsPerRound, gr) - dst);
 #pragma unroll 1
-  for (int round = 0; round < kRounds; ++round) {
-    if (kBlockM % kRowsPerRound != 0 && r0 + round * kRowsPerRound >= kBlockM) break;
+  for (int round = 0; round < kBlockM / kRowsPerRound; ++round) {
     const int64_t row = src_row[r0 + round * kRowsPerRound];
     const bool valid = row >= 0 && in_k;
     kernels::cp_async_16(dst + round * step, valid ? src + row : a.act, valid);

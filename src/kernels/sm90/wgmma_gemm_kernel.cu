@@ -8,8 +8,8 @@
 //
 // Shared memory per stage: the activations in two 128-byte-swizzled halves of K (rows x 128 bytes
 // each, 1024-byte aligned), then the 16 weight records. A chunk's 8 wgmmas per warpgroup are 4 groups,
-// one per decoded word; the warpgroup retires a group one chunk later (wgmma_chunk), so its stage is
-// refilled one chunk later than the mma.sync tiles' (chunk_pipeline.cuh, kInFlight 1).
+// one per decoded word; the last of them are retired while the next chunk is issued (wgmma_chunk), so
+// a stage is refilled one chunk later than the mma.sync tiles' (chunk_pipeline.cuh, kInFlight 1).
 #include <cuda_bf16.h>
 
 #include <string_view>
@@ -55,7 +55,7 @@ __device__ __forceinline__ uint32_t smem_address(const void* p) {
 }
 #endif
 
-// The wgmma of N = kN (16, 32, 64 or 128).
+// The wgmma of N = kN (32, 64 or 128).
 template <int kN>
 __device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint64_t desc) {
@@ -63,10 +63,8 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], uint32_t a0, uint32
     kernels::wgmma_m64n128k16_bf16_rs(d, a0, a1, a2, a3, desc);
   else if constexpr (kN == 64)
     kernels::wgmma_m64n64k16_bf16_rs(d, a0, a1, a2, a3, desc);
-  else if constexpr (kN == 32)
-    kernels::wgmma_m64n32k16_bf16_rs(d, a0, a1, a2, a3, desc);
   else
-    kernels::wgmma_m64n16k16_bf16_rs(d, a0, a1, a2, a3, desc);
+    kernels::wgmma_m64n32k16_bf16_rs(d, a0, a1, a2, a3, desc);
 }
 
 // One chunk of one warpgroup: the warp's tile record decoded word by word, each word's two K steps
@@ -131,7 +129,8 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const mma::MmaA
   };
 
   const int my_tile = tile0 + warp;
-  // The warpgroup runs when its first tile exists (its other warps multiply zeros if theirs do not).
+  // The warpgroup runs when its first tile exists (its other warps then multiply whatever their
+  // unloaded records hold, into accumulator rows that are never stored: wgmma_chunk).
   const bool group_active = tile0 + (warp & ~3) < a.tiles;
   // Rows in the first half only (an expert's last m-tile is often nearly empty: gpt-oss-120b at T =
   // 4096 has about 128 +- 11 rows per expert): the wgmma of half the width. A third, narrower path
