@@ -403,9 +403,10 @@ class GpuBackend final : public BackendImpl {
   }
 
   // Hopper's wgmma tiles (Auto, no tune table): 64 rows from kWgmmaMinRows rows per expert, 128 from
-  // kWgmmaWideRows; below, the mma.sync tiles. Measured on an H200 (gpt-oss-120b, docs/perf-log.md), us:
-  // 16 rows per expert (T = 512): 32-row swap 871, 64-row wgmma 1024; 32 rows (T = 1024): 1211 / 1110,
-  // 128-row wgmma 1400; 64 rows (T = 2048): 64-row wgmma 1777, 128-row 1649.
+  // kWgmmaWideRows; below, the mma.sync tiles. bench --tune on an H200 (gpt-oss-120b, us per layer,
+  // bench/results/2026-11-22_h200_wgmma_tune_tables.txt): 16 rows per expert (T = 512): 32-row swap
+  // 769, 64-row wgmma 1018; 32 rows (T = 1024): 64-row swap 1185, 64-row wgmma 1109, 128-row 1394;
+  // 64 rows (T = 2048): 64-row wgmma 1685, 128-row 1617. gpt-oss-20b agrees (docs/perf-log.md).
   static constexpr double kWgmmaMinRows = 24.0;
   static constexpr double kWgmmaWideRows = 48.0;
 
