@@ -169,9 +169,10 @@ void progress(size_t done, size_t total, const std::string& what) {
 
 // --tune: every batch size timed with each kernel family and tile the planner can choose (GEMV with
 // 8- and 16-row batches; the tensor-core family with 16, 32, 64 and 128-row tiles, the swap-AB
-// tiles of 32, 64 and 128 rows and, on Hopper, the wgmma tiles of 64 and 128 rows), the fastest kept, and the choices written as the
-// preference table (moe/tune_table.hpp) that the runner reads from MXMOE_TUNE_FILE. Boundaries between
-// choices sit at the geometric mean of the rows per expert of the batch sizes on either side.
+// tiles of 32, 64 and 128 rows and, on Hopper, the wgmma tiles of 64 and 128 rows), the fastest
+// kept, and the choices written as the preference table (moe/tune_table.hpp) that the runner reads
+// from MXMOE_TUNE_FILE. Boundaries between choices sit at the geometric mean of the rows per expert
+// of the batch sizes on either side.
 void write_tune_table(const BenchOptions& o, const MoeConfig& cfg, const GpuInfo& gpu, const MoeLayerData& host,
                       int layers, const DevBuf& d_hidden, const DevBuf& d_out, const std::vector<DevBuf>& d_logits,
                       cudaStream_t stream) {
