@@ -38,6 +38,12 @@ TEST(ChunkOrder, EachKStepHoldsTheLanesDecodedPairs) {
   }
 }
 
+TEST(ChunkOrder, RowsAreChunksInOrder) {
+  for (int c = 0; c < 3; ++c)
+    for (int k = 0; k < gemv::kChunkK; ++k)
+      EXPECT_EQ(row_position(c * gemv::kChunkK + k), c * gemv::kChunkK + chunk_position(k)) << c << ", " << k;
+}
+
 TEST(ChunkOrder, PadsRowsToWholeChunks) {
   EXPECT_EQ(padded_k(32), 128);
   EXPECT_EQ(padded_k(128), 128);

@@ -30,7 +30,7 @@ __device__ __forceinline__ void run_chunk_pipeline(int chunks, Load&& load, Comp
   }
   for (int c = 0; c < chunks; ++c) {
     kernels::cp_async_wait<kAhead - 1>();  // chunk c's group (the (c + 1)-th committed) has landed
-    if constexpr (kAsyncReaders) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    if constexpr (kAsyncReaders) kernels::fence_proxy_async_shared();
     __syncthreads();                       // ... for every thread; chunk c - 1 - kInFlight is done everywhere
     const int next = c + kAhead;           // its stage is chunk c - 1 - kInFlight's
     if (next < chunks) load(next % kStages, next);

@@ -28,6 +28,11 @@ static_assert(chunk_position(3) == 0 && chunk_position(7) == 1 && chunk_position
                   chunk_position(99) == 6 && chunk_position(2) == 8 && chunk_position(8 + 3) == 32,
               "K step 0: pair (3,7) of blocks 0..3, then pair (2,6); word 1 from element 32");
 
+// The stored position of element k of a whole row (chunk by chunk).
+constexpr int row_position(int k) {
+  return (k & ~(gemv::kChunkK - 1)) + chunk_position(k & (gemv::kChunkK - 1));
+}
+
 // out [rows, padded_k(k)] = in [rows, k] in chunk order, zeros past k; 16-byte aligned buffers.
 // Launched with programmatic dependent launch (it waits for its predecessor before reading).
 void to_chunk_order(const uint16_t* in, uint16_t* out, int64_t rows, int k, cudaStream_t stream);

@@ -156,19 +156,14 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const mma::MmaA
     // The intermediate's padding past I (in its last chunk): zeros, which GEMM2 multiplies with the
     // zero weights of its records' blocks past K.
     const int features = a.n / 2, pad = static_cast<int>(pitch) - features;
-    for (int i = threadIdx.x; i < tile.rows * pad; i += kThreads) {
-      const int f = features + i % pad;
-      static_cast<uint16_t*>(a.out)[(tile.row0 + i / pad) * pitch + (f & ~(gemv::kChunkK - 1)) +
-                                    chunk_position(f & (gemv::kChunkK - 1))] = 0;
-    }
+    for (int i = threadIdx.x; i < tile.rows * pad; i += kThreads)
+      static_cast<uint16_t*>(a.out)[(tile.row0 + i / pad) * pitch + row_position(features + i % pad)] = 0;
   }
   if (my_tile >= a.tiles) return;
   const float(&acc_tiles)[1][kRows / 8][4] = *reinterpret_cast<const float(*)[1][kRows / 8][4]>(&acc);
   mma::store_swap_rows<kGemm1>(
       mma::EpilogueArgs{a.bias, a.n, a.row_pair, a.pair_weights, a.out, a.alpha, a.limit}, acc_tiles, expert,
-      tile.row0, tile.rows, my_tile, 0, g, t, [pitch](int64_t row, int f) {
-        return row * pitch + (f & ~(gemv::kChunkK - 1)) + chunk_position(f & (gemv::kChunkK - 1));
-      });
+      tile.row0, tile.rows, my_tile, 0, g, t, [pitch](int64_t row, int f) { return row * pitch + row_position(f); });
 #else
   (void)a;
   __trap();
@@ -222,13 +217,8 @@ bool wgmma_runs(int device) {
   MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
   MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  // wgmma is sm_90a only: Hopper, in a build with its code (a build for other archs has no image).
+  // wgmma is sm_90a only: Hopper, with the build's sm_90a image (checked above).
   if (major != 9 || minor != 0) return false;
-  cudaFuncAttributes attr{};
-  if (cudaFuncGetAttributes(&attr, wgmma_gemm_kernel<true, false, 64>) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
   return kernels::variants_fit([](auto f) { for_each_variant(f); }, wgmma_smem_bytes, static_cast<size_t>(optin));
 }
 
