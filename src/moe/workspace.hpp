@@ -43,7 +43,7 @@ struct MxBufferBytes {
 
 struct WorkspaceLayout {
   size_t stream_counters = 0, expert_ids = 0, pair_weights = 0, expert_offsets = 0, active_experts = 0, active_count = 0, row_pair = 0,
-         pair_row = 0, global_counts = 0, intermediate = 0, expert_rows = 0, decode_partials = 0, pair_slot = 0,
+         pair_row = 0, segment_counts = 0, intermediate = 0, expert_rows = 0, decode_partials = 0, pair_slot = 0,
          slot_expert = 0, combine_counters = 0, mx_codes = 0, mx_scales = 0, mx_codes2 = 0, mx_scales2 = 0,
          permuted_hidden = 0, total = 0;
 
@@ -66,7 +66,7 @@ struct WorkspaceLayout {
     active_count = take(4);
     row_pair = take(pairs * 4);
     pair_row = take(pairs * 4);
-    global_counts = take(257 * 4);
+    segment_counts = take(static_cast<size_t>(routing::kMaxRouteSegments) * experts * 4);
     // permute_hidden: rows padded to whole chunks of K for the wgmma tiles (sm90/chunk_order.hpp).
     const auto pad = [&](int64_t k) { return static_cast<size_t>(permute_hidden ? sm90::padded_k(k) : k); };
     intermediate = take(pairs * pad(config.intermediate) * intermediate_elem_bytes);
@@ -93,8 +93,7 @@ struct WorkspaceLayout {
     w.routing.active_count = reinterpret_cast<int32_t*>(b + active_count);
     w.routing.row_pair = reinterpret_cast<int32_t*>(b + row_pair);
     w.routing.pair_row = reinterpret_cast<int32_t*>(b + pair_row);
-    w.routing.global_counts = reinterpret_cast<int32_t*>(b + global_counts);
-    w.routing.ticket = w.routing.global_counts + 256;
+    w.routing.segment_counts = reinterpret_cast<int32_t*>(b + segment_counts);
     w.intermediate = b + intermediate;
     w.expert_rows = reinterpret_cast<float*>(b + expert_rows);
     w.decode_partials = reinterpret_cast<float*>(b + decode_partials);

@@ -1,7 +1,7 @@
 // route + permute: top-k and softmax per token, histogram, scan and the stable order (expert, then
 // token, then slot), deterministic and without a host round trip. Up to kSingleBlockTokens tokens
-// one block does everything (no global atomics); above, many blocks route and the last one to
-// finish scans and ranks (docs/gpu-pipeline.md).
+// one block does everything (no global atomics); above, many blocks route into per-segment
+// histograms, and a second launch ranks each segment's pairs in its own block (docs/gpu-pipeline.md).
 #include <cfloat>
 #include <algorithm>
 #include <climits>
@@ -39,8 +39,9 @@ __device__ void route_token(const RouteArgs& a, int t, int lane, int* counts) {
   }
 }
 
-// 2. Scan of the histogram and the list of active experts (warp 0; 8 experts per lane).
-__device__ void scan_experts(const RouteArgs& a, const int* counts, int* offsets) {
+// 2. Scan of the histogram and the list of active experts (warp 0; 8 experts per lane); `publish`: also
+// into the routing buffers (one block of a launch does).
+__device__ void scan_experts(const RouteArgs& a, const int* counts, int* offsets, bool publish) {
   const int lane = threadIdx.x & 31;
   if (threadIdx.x >= 32) return;
   int local[kMaxPerLane];
@@ -68,27 +69,31 @@ __device__ void scan_experts(const RouteArgs& a, const int* counts, int* offsets
     const int e = lane * kMaxPerLane + j;
     if (e < a.experts) {
       offsets[e] = run;
-      a.out.expert_offsets[e] = run;
-      if (local[j] > 0) a.out.active_experts[run_active++] = e;
+      if (publish) {
+        a.out.expert_offsets[e] = run;
+        if (local[j] > 0) a.out.active_experts[run_active++] = e;
+      }
     }
     run += local[j];
   }
   if (lane == 31) {
     offsets[a.experts] = incl;
-    a.out.expert_offsets[a.experts] = incl;
-    *a.out.active_count = incl_active;
+    if (publish) {
+      a.out.expert_offsets[a.experts] = incl;
+      *a.out.active_count = incl_active;
+    }
   }
 }
 
-// 3. Stable ranks: pairs in order p = t*k + s, a chunk of blockDim pairs at a time. The expert ids
-// may have been written by other blocks: read them past L1.
-__device__ void rank_pairs(const RouteArgs& a, const int* offsets, int* running, int (*warp_counts)[kMaxExperts]) {
+// 3. Stable ranks of pairs [begin, end) in order p = t*k + s, a chunk of blockDim pairs at a time;
+// running[e]: expert e's rows before pair `begin` (set by the caller). The expert ids may have been
+// written by other blocks: read them past L1.
+__device__ void rank_pairs(const RouteArgs& a, const int* offsets, int* running, int (*warp_counts)[kMaxExperts],
+                           int begin, int pairs) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int threads = blockDim.x, warps = threads / 32;
-  for (int e = tid; e < kMaxExperts; e += threads) running[e] = 0;
-  const int pairs = a.tokens * a.top_k;
   const unsigned lanes_below = (1u << lane) - 1u;
-  for (int base = 0; base < pairs; base += threads) {
+  for (int base = begin; base < pairs; base += threads) {
     for (int i = tid; i < warps * kMaxExperts; i += threads) (&warp_counts[0][0])[i] = 0;
     __syncthreads();
     const int p = base + tid;
@@ -126,38 +131,60 @@ __global__ void __launch_bounds__(kMaxThreads) route_permute_kernel(RouteArgs a)
   // next kernel launch; it may read our inputs (the logits) at once, our outputs only after its wait.
   cudaGridDependencySynchronize();
   cudaTriggerProgrammaticLaunchCompletion();
-  for (int e = tid; e < kMaxExperts; e += blockDim.x) counts[e] = 0;
+  for (int e = tid; e < kMaxExperts; e += blockDim.x) counts[e] = running[e] = 0;
   __syncthreads();
   for (int t = warp; t < a.tokens; t += blockDim.x / 32) route_token(a, t, lane, counts);
   __syncthreads();
-  scan_experts(a, counts, offsets);
+  scan_experts(a, counts, offsets, true);
   __syncthreads();
-  rank_pairs(a, offsets, running, warp_counts);
+  rank_pairs(a, offsets, running, warp_counts, 0, a.tokens * a.top_k);
 }
 
-// Larger T: one warp per token over many blocks, a global histogram, and the last block to finish
-// (a ticket counter) does the scan and the ranks. global_counts and the ticket start at zero (the
-// launcher clears them in the same stream).
-__global__ void __launch_bounds__(kMaxThreads) route_permute_multiblock_kernel(RouteArgs a) {
+// Larger T, two launches. First, one warp per token over many blocks; each block adds its histogram
+// into its segment's (kSegmentTokens tokens; segment_counts starts at zero: the launcher clears it).
+__global__ void __launch_bounds__(kMaxThreads) route_count_kernel(RouteArgs a, int segment_tokens) {
+  __shared__ int counts[kMaxExperts];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  for (int e = tid; e < kMaxExperts; e += blockDim.x) counts[e] = 0;
+  __syncthreads();
+  const int t0 = static_cast<int>(blockIdx.x) * kMaxWarps;
+  if (t0 + warp < a.tokens) route_token(a, t0 + warp, lane, counts);
+  __syncthreads();
+  int* segment = a.out.segment_counts + static_cast<int64_t>(t0 / segment_tokens) * a.experts;
+  for (int e = tid; e < a.experts; e += blockDim.x)
+    if (counts[e] > 0) atomicAdd(segment + e, counts[e]);
+}
+
+// Then one block per segment: the histogram (every segment's counts summed), the scan (block 0
+// publishes it), and the stable ranks of the segment's own pairs after the rows of the segments
+// before it. Every block reads the whole count table from L2 (segments <= kMaxSegments), in
+// exchange for ranks that are not serialised in one block (at T = 4096 that one block took 60 us).
+__global__ void __launch_bounds__(kMaxThreads) rank_segments_kernel(RouteArgs a, int segment_tokens) {
   __shared__ int counts[kMaxExperts];
   __shared__ int offsets[kMaxExperts + 1];
   __shared__ int running[kMaxExperts];
   __shared__ int warp_counts[kMaxWarps][kMaxExperts];
-  __shared__ bool last;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int t = blockIdx.x * (blockDim.x / 32) + warp;
-  if (t < a.tokens) route_token(a, t, lane, a.out.global_counts);
-  __threadfence();
+  cudaGridDependencySynchronize();
+  cudaTriggerProgrammaticLaunchCompletion();
+  const int tid = threadIdx.x, me = static_cast<int>(blockIdx.x), segments = static_cast<int>(gridDim.x);
+  for (int e = tid; e < kMaxExperts; e += blockDim.x) {
+    int total = 0, before = 0;
+    if (e < a.experts) {
+#pragma unroll 8
+      for (int s = 0; s < segments; ++s) {
+        const int v = __ldcg(a.out.segment_counts + static_cast<int64_t>(s) * a.experts + e);
+        total += v;
+        before += s < me ? v : 0;
+      }
+    }
+    counts[e] = total;
+    running[e] = before;
+  }
   __syncthreads();
-  if (tid == 0) last = atomicAdd(a.out.ticket, 1) == static_cast<int>(gridDim.x) - 1;
+  scan_experts(a, counts, offsets, me == 0);
   __syncthreads();
-  if (!last) return;
-  __threadfence();
-  for (int e = tid; e < kMaxExperts; e += blockDim.x) counts[e] = e < a.experts ? __ldcg(a.out.global_counts + e) : 0;
-  __syncthreads();
-  scan_experts(a, counts, offsets);
-  __syncthreads();
-  rank_pairs(a, offsets, running, warp_counts);
+  const int begin = me * segment_tokens * a.top_k;
+  rank_pairs(a, offsets, running, warp_counts, begin, min(a.tokens, (me + 1) * segment_tokens) * a.top_k);
 }
 
 }  // namespace
@@ -177,11 +204,14 @@ void route_and_permute(const MoeConfig& config, const float* logits, int64_t tok
     kernels::launch_with_pdl(route_permute_kernel, dim3(1), dim3(threads), 0, stream, a);
     return;
   }
-  MXMOE_CUDA_CHECK(cudaMemsetAsync(buffers.global_counts, 0, (kMaxExperts + 1) * sizeof(int32_t), stream));
-  const int tokens_per_block = kMaxThreads / 32;
-  const auto blocks = static_cast<unsigned>((tokens + tokens_per_block - 1) / tokens_per_block);
-  route_permute_multiblock_kernel<<<blocks, kMaxThreads, 0, stream>>>(a);
+  const int segment_tokens = route_segment_tokens(tokens);
+  const int64_t segments = (tokens + segment_tokens - 1) / segment_tokens;
+  MXMOE_CUDA_CHECK(cudaMemsetAsync(buffers.segment_counts, 0, segments * config.num_experts * sizeof(int32_t), stream));
+  const auto blocks = static_cast<unsigned>((tokens + kMaxWarps - 1) / kMaxWarps);
+  route_count_kernel<<<blocks, kMaxThreads, 0, stream>>>(a, segment_tokens);
   MXMOE_CUDA_CHECK_LAUNCH();
+  kernels::launch_with_pdl(rank_segments_kernel, dim3(static_cast<unsigned>(segments)), dim3(kMaxThreads), 0, stream, a,
+                           segment_tokens);
 }
 
 }  // namespace mxmoe::routing

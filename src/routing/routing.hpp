@@ -3,6 +3,7 @@
 // slot) and combine (each token's k rows summed in a fixed order). Launchers are host functions.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "mxmoe/config.hpp"
@@ -18,12 +19,19 @@ struct RoutingBuffers {
   int32_t* active_count;    // [1]
   int32_t* row_pair;        // [T*k]   sorted row -> pair
   int32_t* pair_row;        // [T*k]   pair -> sorted row
-  int32_t* global_counts;   // [257]   scratch of the multi-block route: histogram [256], then a ticket
-  int32_t* ticket;          //         = global_counts + 256
+  int32_t* segment_counts;  // [segments, E] scratch of the multi-block route: each segment's histogram
 };
 
+// The multi-block route (T > 8) counts experts per segment of this many tokens (a multiple of 16, one
+// route block's tokens), at most kMaxRouteSegments segments: each segment's pairs are ranked by one block.
+inline constexpr int64_t kMaxRouteSegments = 128;
+inline int route_segment_tokens(int64_t tokens) {
+  const int64_t per = (tokens + kMaxRouteSegments - 1) / kMaxRouteSegments;
+  return static_cast<int>(std::max<int64_t>(64, (per + 15) / 16 * 16));
+}
+
 // Routing of T tokens from fp32 logits [T, E], histogram, scan and the stable order: one launch for
-// T <= 8, else a memset of the histogram and one launch.
+// T <= 8, else a memset of the segment histograms and two launches.
 void route_and_permute(const MoeConfig& config, const float* logits, int64_t tokens, const RoutingBuffers& buffers,
                        cudaStream_t stream);
 

@@ -12,27 +12,18 @@
 
 namespace mxmoe::mma {
 
-//
-// kInFlight 1 (the wgmma tiles, sm90/): compute(c) may return while asynchronous MMAs still read
-// chunk c's stage, as long as they are retired before the warp returns from compute(c + 1); a stage is
-// then refilled one chunk later, and chunks are requested kStages - 2 ahead. kAsyncReaders: the
-// stages are read by the async proxy (wgmma), so each thread's cp.async writes are fenced to it
-// before the barrier that publishes them.
-template <int kStages, int kInFlight = 0, bool kAsyncReaders = false, class Load, class Compute>
+template <int kStages, class Load, class Compute>
 __device__ __forceinline__ void run_chunk_pipeline(int chunks, Load&& load, Compute&& compute) {
-  static_assert(kInFlight == 0 || kInFlight == 1, "chunk c - 1's stage, or chunk c - 2's, is refilled");
-  static_assert(kStages - kInFlight >= 2, "a pipeline needs at least two stages besides those in flight");
-  constexpr int kAhead = kStages - 1 - kInFlight;  // chunks requested before the first compute
+  static_assert(kStages >= 2, "a pipeline needs at least two stages");
 #pragma unroll
-  for (int s = 0; s < kAhead; ++s) {
+  for (int s = 0; s < kStages - 1; ++s) {
     if (s < chunks) load(s, s);
     kernels::cp_async_commit();
   }
   for (int c = 0; c < chunks; ++c) {
-    kernels::cp_async_wait<kAhead - 1>();  // chunk c's group (the (c + 1)-th committed) has landed
-    if constexpr (kAsyncReaders) kernels::fence_proxy_async_shared();
-    __syncthreads();                       // ... for every thread; chunk c - 1 - kInFlight is done everywhere
-    const int next = c + kAhead;           // its stage is chunk c - 1 - kInFlight's
+    kernels::cp_async_wait<kStages - 2>();  // chunk c's group (the (c + 1)-th committed) has landed
+    __syncthreads();                        // ... for every thread; chunk c - 1 is done everywhere
+    const int next = c + kStages - 1;       // its stage is chunk c - 1's
     if (next < chunks) load(next % kStages, next);
     kernels::cp_async_commit();
     compute(c % kStages);

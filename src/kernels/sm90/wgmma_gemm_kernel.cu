@@ -19,12 +19,11 @@
 #include "kernels/common/wgmma.cuh"
 #include "kernels/gemv/gemv_layout.hpp"
 #include "kernels/mma/bf16_atom.cuh"
-#include "kernels/mma/chunk_pipeline.cuh"
 #include "kernels/mma/m_tile_rows.cuh"
 #include "kernels/mma/swap_epilogue.cuh"
-#include "kernels/mma/weight_stage.cuh"
 #include "kernels/sm90/chunk_order.hpp"
 #include "kernels/sm90/wgmma_gemm.hpp"
+#include "kernels/sm90/wgmma_stage.cuh"
 #include "moe/cuda_check.hpp"
 #include "routing/m_tiles.cuh"
 
@@ -72,10 +71,12 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], uint32_t a0, uint32
 // w, all groups but the last are retired (at most one stays queued behind the one issued next), so
 // the registers of word w - 2 can take word w and ptxas keeps the wgmmas asynchronous (two queued
 // groups need more registers than 16 warps have, and ptxas then serialises them). `act`: the stage's
-// activations (shared-memory address). A warp whose tile is past the GEMM's last decodes whatever
-// its unloaded record holds: its A rows only reach its own accumulator rows, which are never stored.
-template <class Atom, int kRows, int kN>
-__device__ __forceinline__ void wgmma_chunk(uint32_t act, const uint8_t* record, int lane, float (&acc)[kRows / 2]) {
+// activations (shared-memory address). After group w is issued, between(w) runs under its MMAs (the
+// next chunk's loads). A warp whose tile is past the GEMM's last decodes whatever its unloaded record
+// holds: its A rows only reach its own accumulator rows, which are never stored.
+template <class Atom, int kRows, int kN, class Between>
+__device__ __forceinline__ void wgmma_chunk(uint32_t act, const uint8_t* record, int lane, float (&acc)[kRows / 2],
+                                            Between&& between) {
   static_assert(kN <= kRows, "the instruction's rows are the block's first");
   float(&d)[kN / 2] = *reinterpret_cast<float(*)[kN / 2]>(&acc);
   const uint32_t sc = *reinterpret_cast<const uint16_t*>(record + gemv::kChunkWeightBytes + lane * 2);
@@ -99,7 +100,27 @@ __device__ __forceinline__ void wgmma_chunk(uint32_t act, const uint8_t* record,
       wgmma_rs<kN>(d, lo[2 * h], hi[2 * h], lo[2 * h + 1], hi[2 * h + 1], desc);
     }
     kernels::wgmma_commit();
+    between(w);
   }
+}
+
+// The block's m-tile (routing::find_m_tile) and its rows' activations as 16-byte unit offsets into
+// `act` (GEMM1: the token's row; GEMM2: the row itself); padding rows take row 0's (wgmma_stage.cuh).
+// False (the whole block) past the last m-tile. Every thread must call it.
+template <int kRows, bool kGemm1>
+__device__ __forceinline__ bool begin_wgmma_tile(const mma::MmaArgs& a, int m_tile, routing::MTile& tile,
+                                                 uint32_t (&units)[kRows]) {
+  cudaGridDependencySynchronize();
+  cudaTriggerProgrammaticLaunchCompletion();
+  routing::find_m_tile<kRows>(m_tile, a.active_experts, a.active_count, a.expert_offsets, tile);
+  __syncthreads();
+  if (tile.expert < 0) return false;
+  if (threadIdx.x < kRows) {
+    const int row = tile.row0 + (static_cast<int>(threadIdx.x) < tile.rows ? static_cast<int>(threadIdx.x) : 0);
+    units[threadIdx.x] = static_cast<uint32_t>(kGemm1 ? a.row_pair[row] / a.top_k : row) * static_cast<uint32_t>(a.k / 8);
+  }
+  __syncthreads();
+  return true;
 }
 
 template <bool kGemm1, bool kWideScales, int kRows>
@@ -107,28 +128,52 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const mma::MmaA
 #if defined(MXMOE_WGMMA_ARCH)
   using S = WgShape<kRows>;
   using Atom = mma::Bf16Atom<kWideScales>;
+  constexpr int kRounds = kRows / kActRowsPerRound;
+  static_assert(kRounds <= 4, "a chunk's activation rounds ride on its 4 wgmma groups");
+  // Chunk c's stage is refilled with chunk c + kStages once its wgmmas are retired, during the
+  // compute of chunk c + 1 (wgmma_chunk): chunks are requested kStages - 2 ahead.
+  constexpr int kAhead = kStages - 2;
+  // Rounds issued under the wgmma groups: the 64-row tile all; the 128-row tile none (with all four
+  // there, ptxas runs out of registers and serialises the wgmmas; with two, an H200 was 1% slower).
+  constexpr int kLate = kRows == 64 ? kRounds : 0;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   __shared__ routing::MTile tile;
-  __shared__ int64_t src_row[kRows];
+  __shared__ uint32_t units[kRows];
+  __shared__ __align__(8) uint64_t full[kStages];  // a stage's weight records have landed
   // The swizzle is a function of the address bits: each stage's lines start 1024-byte aligned.
   uint8_t* smem = smem_raw + ((1024 - (smem_address(smem_raw) & 1023)) & 1023);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
-  if (!mma::begin_m_tile<kRows, kGemm1>(a, tile, src_row)) return;
+  // Blocks in m-tile-major order: the weight blocks of one m-tile run side by side, so its rows'
+  // activations are read from memory once and then hit L2 (GEMM2's intermediate outgrows L2 at large
+  // T: in weight-block-major order each of its m-tiles was read once per weight block).
+  const int weight_blocks = (a.tiles + kTiles - 1) / kTiles;
+  const int m_tile = static_cast<int>(blockIdx.x) / weight_blocks, weight_block = static_cast<int>(blockIdx.x) % weight_blocks;
+  const int tile0 = weight_block * kTiles;
+  const int my_tile = tile0 + warp;
+  if (threadIdx.x == 0) {
+    const int loaded = min(kTiles, a.tiles - tile0);  // records per stage: one arrival each
+    for (int s = 0; s < kStages; ++s) kernels::mbarrier_init(&full[s], static_cast<uint32_t>(loaded));
+    kernels::fence_barrier_init();
+  }
+  if (!begin_wgmma_tile<kRows, kGemm1>(a, m_tile, tile, units)) return;
   const int expert = tile.expert;
-  const int tile0 = static_cast<int>(blockIdx.y) * kTiles;
-  const uint8_t* weights = a.weights + expert * a.expert_stride;
+  const uint8_t* tile_records =
+      a.weights + expert * a.expert_stride + static_cast<int64_t>(my_tile) * a.chunks * gemv::kChunkBytes;
+  const uint4* act = reinterpret_cast<const uint4*>(a.act);
+  const ActRound round_of = act_round_of<S::kHalfBytes>(static_cast<int>(threadIdx.x));
+  const int rounds = (tile.rows + kActRowsPerRound - 1) / kActRowsPerRound;  // the others hold no row
+  const bool loads_record = lane == 0 && my_tile < a.tiles;
 
-  auto load_stage = [&](int stage, int c) {
-    uint8_t* act = smem + stage * S::kStageBytes;
-    // 16-byte group gr (0..15) of row r's chunk: line gr / 8, swizzled by the row.
-    mma::load_act_chunk<kRows, kThreads>(a, src_row, c, [&](int r, int gr) {
-      return act + (gr >> 3) * S::kHalfBytes + r * kLineBytes + (((gr & 7) ^ (r & 7)) << 4);
-    });
-    mma::load_weight_records<kTiles, kThreads>(act + S::kActBytes, weights, tile0, a.tiles, a.chunks, c);
+  auto load_weights = [&](int stage, int c) {
+    if (loads_record)
+      load_weight_record(smem + stage * S::kStageBytes + S::kActBytes + warp * gemv::kChunkBytes, tile_records, c,
+                         &full[stage]);
+  };
+  auto load_round = [&](int stage, int c, int round, bool copy) {
+    load_act_round(smem + stage * S::kStageBytes, act, units, round_of, c, round, copy && round < rounds);
   };
 
-  const int my_tile = tile0 + warp;
   // The warpgroup runs when its first tile exists (its other warps then multiply whatever their
   // unloaded records hold, into accumulator rows that are never stored: wgmma_chunk).
   const bool group_active = tile0 + (warp & ~3) < a.tiles;
@@ -138,21 +183,47 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const mma::MmaA
   const bool half = tile.rows <= kRows / 2;
   float acc[kRows / 2] = {};
 
-  mma::run_chunk_pipeline<kStages, 1, true>(a.chunks, load_stage, [&](int stage) {
-    if (!group_active) return;
+#pragma unroll
+  for (int s = 0; s < kAhead; ++s) {
+    if (s < a.chunks) {
+      load_weights(s, s);
+#pragma unroll
+      for (int r = 0; r < kRounds; ++r) load_round(s, s, r, true);
+    }
+    kernels::cp_async_commit();
+  }
+  for (int c = 0; c < a.chunks; ++c) {
+    const int stage = c % kStages;
+    kernels::cp_async_wait<kAhead - 1>();  // this thread's activations of chunk c have landed
+    kernels::fence_proxy_async_shared();   // ... for the wgmmas (async proxy)
+    __syncthreads();                       // ... every thread's; chunk c - 2's wgmmas retired everywhere
+    const int next = c + kAhead;           // into chunk c - 2's stage
+    const bool more = next < a.chunks;
+    if (more) load_weights(next % kStages, next);
+#pragma unroll
+    for (int r = kLate; r < kRounds; ++r) load_round(next % kStages, next, r, more);
+    auto between = [&](int w) {
+      if (w < kLate) load_round(next % kStages, next, w, more);
+    };
+    kernels::mbarrier_wait_parity(&full[stage], static_cast<uint32_t>(c / kStages) & 1u);
     const uint8_t* st = smem + stage * S::kStageBytes;
-    const uint8_t* record = st + S::kActBytes + warp * gemv::kChunkBytes;
-    const uint32_t act = smem_address(st);
-    if (half)
-      wgmma_chunk<Atom, kRows, kRows / 2>(act, record, lane, acc);
-    else
-      wgmma_chunk<Atom, kRows, kRows>(act, record, lane, acc);
-  });
+    if (group_active) {
+      const uint8_t* record = st + S::kActBytes + warp * gemv::kChunkBytes;
+      if (half)
+        wgmma_chunk<Atom, kRows, kRows / 2>(smem_address(st), record, lane, acc, between);
+      else
+        wgmma_chunk<Atom, kRows, kRows>(smem_address(st), record, lane, acc, between);
+    } else {
+#pragma unroll
+      for (int w = 0; w < kRounds; ++w) between(w);
+    }
+    kernels::cp_async_commit();
+  }
   kernels::wgmma_wait<0>();
   kernels::wgmma_fence_operands(acc);
 
   const int64_t pitch = padded_k(a.n / 2);
-  if (kGemm1 && blockIdx.y == gridDim.y - 1) {
+  if (kGemm1 && weight_block == weight_blocks - 1) {
     // The intermediate's padding past I (in its last chunk): zeros, which GEMM2 multiplies with the
     // zero weights of its records' blocks past K.
     const int features = a.n / 2, pad = static_cast<int>(pitch) - features;
@@ -235,9 +306,14 @@ void launch_wgmma(const mma::MmaArgs& a, int64_t tokens, int max_active, int row
                 rows);
   MXMOE_REQUIRE(a.k == padded_k(a.k) && a.k >= a.chunks * gemv::kChunkK,
                 "wgmma: the activations' row length must be whole chunks covering K, got ", a.k);
+  // Rows' activations are addressed by 32-bit 16-byte unit offsets (wgmma_stage.cuh).
+  MXMOE_REQUIRE((tokens * a.top_k + 1) * (a.k / 8) <= int64_t{UINT32_MAX},
+                "wgmma: too many rows for 32-bit activation offsets: tokens ", tokens);
   if (tokens == 0 || max_active == 0) return;
   const unsigned m_blocks = mma::m_tile_blocks(a, tokens, max_active, rows);
-  const dim3 grid(m_blocks, static_cast<unsigned>((a.tiles + kTiles - 1) / kTiles));
+  const int64_t blocks = static_cast<int64_t>(m_blocks) * ((a.tiles + kTiles - 1) / kTiles);
+  MXMOE_REQUIRE(blocks < (int64_t{1} << 31), "wgmma: too many blocks (", blocks, ")");
+  const dim3 grid(static_cast<unsigned>(blocks));
   auto go = [&](auto kernel) {
     kernels::launch_with_pdl(kernel, grid, dim3(kThreads), wgmma_smem_bytes(rows), stream, a);
   };
