@@ -13,11 +13,6 @@ __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool val
                : "memory");
 }
 
-// Copies 16 bytes (no zero-fill operand: one instruction fewer per copy).
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_address(dst)), "l"(src) : "memory");
-}
-
 // Copies 16 bytes when `copy` (a predicated instruction, not a branch: the wgmma tiles issue these
 // between asynchronous MMAs, and ptxas keeps wgmmas asynchronous only across straight-line code).
 __device__ __forceinline__ void cp_async_16_if(void* dst, const void* src, bool copy) {

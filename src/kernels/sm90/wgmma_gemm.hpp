@@ -9,8 +9,8 @@
 // Block: 4 warpgroups (16 warps), warp i one 16-row weight tile (256 weight rows per block: each
 // staged row of activations feeds 256 weight rows, half the L2 reads of 128; on an H200 faster than
 // 128 rows at 2 blocks per SM and than 192 rows with 12 warps: docs/perf-log.md) x
-// `rows` rows of an expert, K in chunks of 128 through the family's cp.async ring
-// (mma/chunk_pipeline.cuh), 4 stages deep with one chunk of MMAs in flight across the barrier.
+// `rows` rows of an expert, K in chunks of 128 through a 4-stage ring (weights by bulk copy,
+// activations by cp.async: wgmma_stage.cuh) with one chunk of MMAs in flight across the barrier.
 // The activations come in chunk order (chunk_order.hpp), rows padded to whole chunks: GEMM1's from
 // to_chunk_order(), GEMM2's from GEMM1's epilogue, which writes them so. MmaArgs::k is therefore the
 // padded row length, not K (the records' chunk count says how far K goes).
