@@ -13,8 +13,8 @@ __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool val
                : "memory");
 }
 
-// Copies 16 bytes when `copy` (a predicated instruction, not a branch: the wgmma tiles issue these
-// between asynchronous MMAs, and ptxas keeps wgmmas asynchronous only across straight-line code).
+// Copies 16 bytes when `copy`: one predicated instruction (no branch, no zero-fill operand), cheap
+// enough to interleave with the wgmma tiles' decode.
 __device__ __forceinline__ void cp_async_16_if(void* dst, const void* src, bool copy) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n@p cp.async.cg.shared.global [%0], [%1], 16;\n}\n" ::"r"(
