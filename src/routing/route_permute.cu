@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(kMaxThreads) route_permute_kernel(RouteArgs a)
 }
 
 // Larger T, two launches. First, one warp per token over many blocks; each block adds its histogram
-// into its segment's (kSegmentTokens tokens; segment_counts starts at zero: the launcher clears it).
+// into its segment's (segment_tokens tokens; segment_counts starts at zero: the launcher clears it).
 __global__ void __launch_bounds__(kMaxThreads) route_count_kernel(RouteArgs a, int segment_tokens) {
   __shared__ int counts[kMaxExperts];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -157,8 +157,9 @@ __global__ void __launch_bounds__(kMaxThreads) route_count_kernel(RouteArgs a, i
 
 // Then one block per segment: the histogram (every segment's counts summed), the scan (block 0
 // publishes it), and the stable ranks of the segment's own pairs after the rows of the segments
-// before it. Every block reads the whole count table from L2 (segments <= kMaxSegments), in
-// exchange for ranks that are not serialised in one block (at T = 4096 that one block took 60 us).
+// before it. Every block reads the whole count table from L2 (segments <= kMaxRouteSegments), in
+// exchange for ranks that are not serialised in one block (with one block ranking every pair, the
+// route took 67 us of gpt-oss-120b's layer at T = 4096 on an H200; 13 us now).
 __global__ void __launch_bounds__(kMaxThreads) rank_segments_kernel(RouteArgs a, int segment_tokens) {
   __shared__ int counts[kMaxExperts];
   __shared__ int offsets[kMaxExperts + 1];
