@@ -104,25 +104,6 @@ __device__ __forceinline__ void wgmma_chunk(uint32_t act, const uint8_t* record,
   }
 }
 
-// The block's m-tile (routing::find_m_tile) and its rows' activations as 16-byte unit offsets into
-// `act` (GEMM1: the token's row; GEMM2: the row itself); padding rows take row 0's (wgmma_stage.cuh).
-// False (the whole block) past the last m-tile. Every thread must call it.
-template <int kRows, bool kGemm1>
-__device__ __forceinline__ bool begin_wgmma_tile(const mma::MmaArgs& a, int m_tile, routing::MTile& tile,
-                                                 uint32_t (&units)[kRows]) {
-  cudaGridDependencySynchronize();
-  cudaTriggerProgrammaticLaunchCompletion();
-  routing::find_m_tile<kRows>(m_tile, a.active_experts, a.active_count, a.expert_offsets, tile);
-  __syncthreads();
-  if (tile.expert < 0) return false;
-  if (threadIdx.x < kRows) {
-    const int row = tile.row0 + (static_cast<int>(threadIdx.x) < tile.rows ? static_cast<int>(threadIdx.x) : 0);
-    units[threadIdx.x] = static_cast<uint32_t>(kGemm1 ? a.row_pair[row] / a.top_k : row) * static_cast<uint32_t>(a.k / 8);
-  }
-  __syncthreads();
-  return true;
-}
-
 template <bool kGemm1, bool kWideScales, int kRows>
 __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const mma::MmaArgs a) {
 #if defined(MXMOE_WGMMA_ARCH)
@@ -156,7 +137,12 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const mma::MmaA
     for (int s = 0; s < kStages; ++s) kernels::mbarrier_init(&full[s], static_cast<uint32_t>(loaded));
     kernels::fence_barrier_init();
   }
-  if (!begin_wgmma_tile<kRows, kGemm1>(a, m_tile, tile, units)) return;
+  // Each row's activations as a 16-byte unit offset into `act`; padding rows take row 0's
+  // (wgmma_stage.cuh).
+  if (!mma::begin_m_tile<kRows, kGemm1>(a, m_tile, tile, [&](int r, int source, bool) {
+        units[r] = static_cast<uint32_t>(source) * static_cast<uint32_t>(a.k / 8);
+      }))
+    return;
   const int expert = tile.expert;
   const uint8_t* tile_records =
       a.weights + expert * a.expert_stride + static_cast<int64_t>(my_tile) * a.chunks * gemv::kChunkBytes;
