@@ -445,9 +445,14 @@ class GpuBackend final : public BackendImpl {
     bind_routing(a, ws);
     bind_mma(a, w1_, static_cast<int>(2 * config_.intermediate), config_.hidden);
     a.act = hidden;
-    if (tile.wgmma) {  // the wgmma tiles read their activations in chunk order, rows padded to whole chunks
-      sm90::to_chunk_order(hidden, ws.permuted_hidden, tokens, config_.hidden, stream);
-      a.act = ws.permuted_hidden;
+    if (tile.wgmma) {
+      // The wgmma tiles read their activations by tensor copies of whole m-tiles: in chunk order, rows
+      // padded to whole chunks, GEMM1's tokens expanded to their sorted rows (in GEMM2's output
+      // buffer, which GEMM2 only writes after GEMM1 has finished: the workspace layout sizes it so).
+      auto* expanded = reinterpret_cast<uint16_t*>(ws.expert_rows);
+      sm90::to_chunk_order(hidden, expanded, tokens * config_.top_k, config_.hidden, stream, ws.routing.row_pair,
+                           config_.top_k);
+      a.act = expanded;
       a.k = static_cast<int>(sm90::padded_k(config_.hidden));
     } else if (tile.swap_ab) {  // the swap-AB tiles read their activations in the decode's pair order
       mma::permute_words(hidden, ws.permuted_hidden, tokens * config_.hidden, stream);
@@ -653,6 +658,7 @@ class GpuBackend final : public BackendImpl {
     a.k = k;
     a.chunks = static_cast<int>(m.shape.chunks);
     a.tiles = static_cast<int>(m.shape.tiles);
+    a.experts = static_cast<int>(m.packed.bytes() / static_cast<size_t>(m.shape.bytes()));
   }
   void bind_routing(kernels::GroupedRouting& a, const BoundWorkspace& ws) const {
     a.row_pair = ws.routing.row_pair;

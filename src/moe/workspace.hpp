@@ -2,6 +2,7 @@
 // The GPU workspace: one caller-provided buffer carved into the routing arrays, the intermediate
 // activations and the per-row expert outputs. Sizes depend only on (config, tokens), so a buffer
 // sized for max_tokens serves every smaller forward.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -70,7 +71,8 @@ struct WorkspaceLayout {
     // permute_hidden: rows padded to whole chunks of K for the wgmma tiles (sm90/chunk_order.hpp).
     const auto pad = [&](int64_t k) { return static_cast<size_t>(permute_hidden ? sm90::padded_k(k) : k); };
     intermediate = take(pairs * pad(config.intermediate) * intermediate_elem_bytes);
-    expert_rows = take(pairs * static_cast<size_t>(config.hidden) * 4);
+    // permute_hidden: it also holds the wgmma tiles' expanded GEMM1 input (bf16, rows padded) first.
+    expert_rows = take(pairs * std::max(static_cast<size_t>(config.hidden) * 4, pad(config.hidden) * 2));
     decode_partials = take(decode_floats * 4);
     pair_slot = take(pairs * 4);
     slot_expert = take(pairs * 4);

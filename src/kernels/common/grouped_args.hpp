@@ -13,6 +13,7 @@ struct GroupedWeights {
   int n = 0;                         // output rows per expert in the checkpoint (2I or H)
   int k = 0;                         // K (H or I), multiple of 32
   int chunks = 0, tiles = 0;         // K chunks of 128, 16-row weight tiles
+  int experts = 0;                   // experts in `weights`
 };
 
 struct GroupedRouting {

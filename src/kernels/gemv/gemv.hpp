@@ -23,8 +23,7 @@ struct GemvArgs : kernels::GroupedWeights, kernels::GroupedRouting {
   int tokens = 0;                     // T (the launchers set it)
   // Local routing (T <= kLocalRouteTokens, both GEMMs, no route kernel): the router logits [T, E]
   // fp32 and the routing order; the launchers set local_route.
-  const float* logits = nullptr;
-  int experts = 0;
+  const float* logits = nullptr;  // (the experts: GroupedWeights::experts)
   bool softmax_first = false, renormalize = false;
   bool local_route = false;
   // The combine in GEMM2 (T <= kFusedCombineTokens): GEMM1 clears `combine_counters` (one per GEMM2

@@ -13,15 +13,17 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void __launch_bounds__(kThreads)
-    chunk_order_kernel(const uint16_t* in, uint4* out, int64_t groups, int k, int groups_per_row) {
-  cudaGridDependencySynchronize();  // `in` may come from the predecessor
+    chunk_order_kernel(const uint16_t* in, uint4* out, int64_t groups, int k, int groups_per_row, const int32_t* row_pair,
+                       int top_k) {
+  cudaGridDependencySynchronize();  // `in` and `row_pair` may come from the predecessors
   cudaTriggerProgrammaticLaunchCompletion();
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < groups; i += int64_t{gridDim.x} * kThreads) {
     const int64_t row = i / groups_per_row;
     const int gi = static_cast<int>(i % groups_per_row);
     const int j = gi & 15, w = j >> 2, p = j & 3;
     const int base = (gi >> 4) * gemv::kChunkK + 8 * w + (3 - p);
-    const uint16_t* src = in + row * k;
+    const int64_t source = row_pair ? row_pair[row] / top_k : row;
+    const uint16_t* src = in + source * k;
     uint32_t v[4];
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
@@ -35,14 +37,16 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-void to_chunk_order(const uint16_t* in, uint16_t* out, int64_t rows, int k, cudaStream_t stream) {
+void to_chunk_order(const uint16_t* in, uint16_t* out, int64_t rows, int k, cudaStream_t stream, const int32_t* row_pair,
+                    int top_k) {
   MXMOE_REQUIRE(k > 0, "to_chunk_order: k must be positive, got ", k);
+  MXMOE_REQUIRE(top_k > 0, "to_chunk_order: top_k must be positive, got ", top_k);
   const int groups_per_row = static_cast<int>(padded_k(k) / 8);
   const int64_t groups = rows * groups_per_row;
   if (groups == 0) return;
   const int blocks = static_cast<int>(std::min<int64_t>((groups + kThreads - 1) / kThreads, 4096));
   kernels::launch_with_pdl(chunk_order_kernel, dim3(blocks), dim3(kThreads), 0, stream, in,
-                           reinterpret_cast<uint4*>(out), groups, k, groups_per_row);
+                           reinterpret_cast<uint4*>(out), groups, k, groups_per_row, row_pair, top_k);
 }
 
 }  // namespace mxmoe::sm90

@@ -33,8 +33,11 @@ constexpr int row_position(int k) {
   return (k & ~(gemv::kChunkK - 1)) + chunk_position(k & (gemv::kChunkK - 1));
 }
 
-// out [rows, padded_k(k)] = in [rows, k] in chunk order, zeros past k; 16-byte aligned buffers.
+// out [rows, padded_k(k)] = in [rows, k] in chunk order, zeros past k; 16-byte aligned buffers. With
+// row_pair (the routing's sorted row -> pair), out row r is in row row_pair[r] / top_k instead: the
+// tokens expanded to their sorted rows, as the wgmma tiles' tensor copies read GEMM1's input.
 // Launched with programmatic dependent launch (it waits for its predecessor before reading).
-void to_chunk_order(const uint16_t* in, uint16_t* out, int64_t rows, int k, cudaStream_t stream);
+void to_chunk_order(const uint16_t* in, uint16_t* out, int64_t rows, int k, cudaStream_t stream,
+                    const int32_t* row_pair = nullptr, int top_k = 1);
 
 }  // namespace mxmoe::sm90

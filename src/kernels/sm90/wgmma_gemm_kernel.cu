@@ -16,6 +16,7 @@
 
 #include "kernels/common/pdl_launch.cuh"
 #include "kernels/common/static_smem.hpp"
+#include "kernels/common/tensor_map.hpp"
 #include "kernels/common/wgmma.cuh"
 #include "kernels/gemv/gemv_layout.hpp"
 #include "kernels/mma/bf16_atom.cuh"
@@ -105,22 +106,17 @@ __device__ __forceinline__ void wgmma_chunk(uint32_t act, const uint8_t* record,
 }
 
 template <bool kGemm1, bool kWideScales, int kRows>
-__global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const mma::MmaArgs a) {
+__global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const mma::MmaArgs a, const __grid_constant__ WgmmaMaps maps) {
 #if defined(MXMOE_WGMMA_ARCH)
   using S = WgShape<kRows>;
   using Atom = mma::Bf16Atom<kWideScales>;
-  constexpr int kRounds = kRows / kActRowsPerRound;
-  static_assert(kRounds <= 4, "a chunk's activation rounds ride on its 4 wgmma groups");
-  // Chunk c's stage is refilled with chunk c + kStages once its wgmmas are retired, during the
-  // compute of chunk c + 1 (wgmma_chunk): chunks are requested kStages - 2 ahead.
-  constexpr int kAhead = kStages - 2;
-  // Rounds issued under the wgmma groups: the 64-row tile all; the 128-row tile none (with all four
-  // there, ptxas runs out of registers and serialises the wgmmas; with two, an H200 was 1% slower).
-  constexpr int kLate = kRows == 64 ? kRounds : 0;
+  // Chunk c + kAhead is requested during chunk c, into chunk c - 1's stage once every warp has retired
+  // that chunk's wgmmas (the `empty` barriers), so three chunks are in flight while one is computed.
+  constexpr int kAhead = kStages - 1;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   __shared__ routing::MTile tile;
-  __shared__ uint32_t units[kRows];
-  __shared__ __align__(8) uint64_t full[kStages];  // a stage's weight records have landed
+  __shared__ __align__(8) uint64_t full[kStages];   // a stage's records and activations have landed
+  __shared__ __align__(8) uint64_t empty[kStages];  // every warp is done with a stage
   // The swizzle is a function of the address bits: each stage's lines start 1024-byte aligned.
   uint8_t* smem = smem_raw + ((1024 - (smem_address(smem_raw) & 1023)) & 1023);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -132,36 +128,29 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const mma::MmaA
   const int m_tile = static_cast<int>(blockIdx.x) / weight_blocks, weight_block = static_cast<int>(blockIdx.x) % weight_blocks;
   const int tile0 = weight_block * kTiles;
   const int my_tile = tile0 + warp;
-  if (threadIdx.x == 0) {
-    const int loaded = min(kTiles, a.tiles - tile0);  // records per stage: one arrival each
-    for (int s = 0; s < kStages; ++s) kernels::mbarrier_init(&full[s], static_cast<uint32_t>(loaded));
+  const bool producer = threadIdx.x == 0;
+  if (producer) {
+    kernels::tma_prefetch_map(&maps.weights);
+    kernels::tma_prefetch_map(&maps.act);
+    for (int s = 0; s < kStages; ++s) {
+      kernels::mbarrier_init(&full[s], 1);
+      kernels::mbarrier_init(&empty[s], kWarps);
+    }
     kernels::fence_barrier_init();
   }
-  // Each row's activations as a 16-byte unit offset into `act`; padding rows take row 0's
-  // (wgmma_stage.cuh).
-  if (!mma::begin_m_tile<kRows, kGemm1>(a, m_tile, tile, [&](int r, int source, bool) {
-        units[r] = static_cast<uint32_t>(source) * static_cast<uint32_t>(a.k / 8);
-      }))
-    return;
+  // Rows come straight from the m-tile's first (the activations are in sorted row order).
+  if (!mma::begin_m_tile<kRows, kGemm1>(a, m_tile, tile, [](int, int, bool) {})) return;
   const int expert = tile.expert;
-  const uint8_t* tile_records =
-      a.weights + expert * a.expert_stride + static_cast<int64_t>(my_tile) * a.chunks * gemv::kChunkBytes;
-  const uint4* act = reinterpret_cast<const uint4*>(a.act);
-  const ActRound round_of = act_round_of<S::kHalfBytes>(static_cast<int>(threadIdx.x));
-  const int rounds = (tile.rows + kActRowsPerRound - 1) / kActRowsPerRound;  // the others hold no row
-  const bool loads_record = lane == 0 && my_tile < a.tiles;
-
-  auto load_weights = [&](int stage, int c) {
-    if (loads_record)
-      load_weight_record(smem + stage * S::kStageBytes + S::kActBytes + warp * gemv::kChunkBytes, tile_records, c,
-                         &full[stage]);
+  const int expert_tile0 = expert * a.tiles + tile0;
+  auto load = [&](int c) {
+    const int stage = c % kStages;
+    load_stage<S::kHalfBytes, kTiles>(smem + stage * S::kStageBytes, maps, c, expert_tile0, tile.row0, &full[stage]);
   };
-  auto load_round = [&](int stage, int c, int round, bool copy) {
-    load_act_round(smem + stage * S::kStageBytes, act, units, round_of, c, round, copy && round < rounds);
-  };
+  if (producer)
+    for (int c = 0; c < kAhead && c < a.chunks; ++c) load(c);
 
   // The warpgroup runs when its first tile exists (its other warps then multiply whatever their
-  // unloaded records hold, into accumulator rows that are never stored: wgmma_chunk).
+  // records hold, into accumulator rows that are never stored: wgmma_chunk).
   const bool group_active = tile0 + (warp & ~3) < a.tiles;
   // Rows in the first half only (an expert's last m-tile is often nearly empty: gpt-oss-120b at T =
   // 4096 has about 128 +- 11 rows per expert): the wgmma of half the width. A third, narrower path
@@ -169,29 +158,20 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const mma::MmaA
   const bool half = tile.rows <= kRows / 2;
   float acc[kRows / 2] = {};
 
-#pragma unroll
-  for (int s = 0; s < kAhead; ++s) {
-    if (s < a.chunks) {
-      load_weights(s, s);
-#pragma unroll
-      for (int r = 0; r < kRounds; ++r) load_round(s, s, r, true);
-    }
-    kernels::cp_async_commit();
-  }
   for (int c = 0; c < a.chunks; ++c) {
     const int stage = c % kStages;
-    kernels::cp_async_wait<kAhead - 1>();  // this thread's activations of chunk c have landed
-    kernels::fence_proxy_async_shared();   // ... for the wgmmas (async proxy)
-    __syncthreads();                       // ... every thread's; chunk c - 2's wgmmas retired everywhere
-    const int next = c + kAhead;           // into chunk c - 2's stage
-    const bool more = next < a.chunks;
-    if (more) load_weights(next % kStages, next);
-#pragma unroll
-    for (int r = kLate; r < kRounds; ++r) load_round(next % kStages, next, r, more);
-    auto between = [&](int w) {
-      if (w < kLate) load_round(next % kStages, next, w, more);
-    };
     kernels::mbarrier_wait_parity(&full[stage], static_cast<uint32_t>(c / kStages) & 1u);
+    // After word 1's wait (all of chunk c - 1's wgmma groups retired): release chunk c - 1's stage.
+    // After word 3's: the producer refills it with chunk c + kAhead once every warp has released it
+    // (a warp arrives only after waiting for chunk c, which the producer requested after the previous
+    // phase of that stage completed, so no arrival lands in the wrong phase).
+    auto between = [&](int w) {
+      if (w == 1 && lane == 0 && c > 0) kernels::mbarrier_arrive(&empty[(c - 1) % kStages]);
+      if (w == 3 && producer && c + kAhead < a.chunks) {
+        if (c > 0) kernels::mbarrier_wait_parity(&empty[(c - 1) % kStages], static_cast<uint32_t>((c - 1) / kStages) & 1u);
+        load(c + kAhead);
+      }
+    };
     const uint8_t* st = smem + stage * S::kStageBytes;
     if (group_active) {
       const uint8_t* record = st + S::kActBytes + warp * gemv::kChunkBytes;
@@ -200,10 +180,10 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const mma::MmaA
       else
         wgmma_chunk<Atom, kRows, kRows>(smem_address(st), record, lane, acc, between);
     } else {
+      __syncwarp();
 #pragma unroll
-      for (int w = 0; w < kRounds; ++w) between(w);
+      for (int w = 0; w < 4; ++w) between(w);
     }
-    kernels::cp_async_commit();
   }
   kernels::wgmma_wait<0>();
   kernels::wgmma_fence_operands(acc);
@@ -292,16 +272,30 @@ void launch_wgmma(const mma::MmaArgs& a, int64_t tokens, int max_active, int row
                 rows);
   MXMOE_REQUIRE(a.k == padded_k(a.k) && a.k >= a.chunks * gemv::kChunkK,
                 "wgmma: the activations' row length must be whole chunks covering K, got ", a.k);
-  // Rows' activations are addressed by 32-bit 16-byte unit offsets (wgmma_stage.cuh).
-  MXMOE_REQUIRE((tokens * a.top_k + 1) * (a.k / 8) <= int64_t{UINT32_MAX},
-                "wgmma: too many rows for 32-bit activation offsets: tokens ", tokens);
+  // TMA coordinates are 32-bit.
+  MXMOE_REQUIRE(tokens * a.top_k < (int64_t{1} << 31), "wgmma: too many rows for the tensor maps: tokens ", tokens);
   if (tokens == 0 || max_active == 0) return;
+  MXMOE_REQUIRE(a.experts > 0 && a.expert_stride == int64_t{a.tiles} * a.chunks * gemv::kChunkBytes,
+                "wgmma: the weights must be the packed experts back to back (experts ", a.experts, ", stride ",
+                a.expert_stride, ")");
   const unsigned m_blocks = mma::m_tile_blocks(a, tokens, max_active, rows);
   const int64_t blocks = static_cast<int64_t>(m_blocks) * ((a.tiles + kTiles - 1) / kTiles);
   MXMOE_REQUIRE(blocks < (int64_t{1} << 31), "wgmma: too many blocks (", blocks, ")");
+  WgmmaMaps maps;
+  const uint64_t record_dims[] = {kRecordWords, static_cast<uint64_t>(a.chunks),
+                                  static_cast<uint64_t>(a.experts) * static_cast<uint64_t>(a.tiles)};
+  const uint64_t record_strides[] = {gemv::kChunkBytes, static_cast<uint64_t>(a.chunks) * gemv::kChunkBytes};
+  const uint32_t record_box[] = {kRecordWords, 1, kTiles};
+  maps.weights = kernels::encode_tiled_map("wgmma weights", CU_TENSOR_MAP_DATA_TYPE_UINT64, a.weights, record_dims,
+                                           record_strides, record_box, CU_TENSOR_MAP_SWIZZLE_NONE);
+  const uint64_t act_dims[] = {static_cast<uint64_t>(a.k), static_cast<uint64_t>(tokens * a.top_k)};
+  const uint64_t act_strides[] = {static_cast<uint64_t>(a.k) * 2};
+  const uint32_t act_box[] = {kLineBytes / 2, static_cast<uint32_t>(rows)};
+  maps.act = kernels::encode_tiled_map("wgmma activations", CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, a.act, act_dims,
+                                       act_strides, act_box, CU_TENSOR_MAP_SWIZZLE_128B);
   const dim3 grid(static_cast<unsigned>(blocks));
   auto go = [&](auto kernel) {
-    kernels::launch_with_pdl(kernel, grid, dim3(kThreads), wgmma_smem_bytes(rows), stream, a);
+    kernels::launch_with_pdl(kernel, grid, dim3(kThreads), wgmma_smem_bytes(rows), stream, a, maps);
   };
   if (rows == 64)
     a.wide_scales ? go(wgmma_gemm_kernel<kGemm1, true, 64>) : go(wgmma_gemm_kernel<kGemm1, false, 64>);

@@ -1,0 +1,36 @@
+#pragma once
+// cp.async.bulk.tensor (PTX ISA "Data Movement: cp.async.bulk.tensor"): one thread moves a box of a
+// tensor described by a CUtensorMap (tensor_map.hpp) into shared memory, completing on an mbarrier
+// (bulk_copy.cuh) by the box's bytes, zeros outside the tensor included. sm_90 and later. The map
+// lives in kernel parameter space (a __grid_constant__ parameter); coordinates are in elements,
+// innermost first.
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "kernels/common/bulk_copy.cuh"
+
+namespace mxmoe::kernels {
+
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::
+          "r"(shared_address(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(shared_address(bar))
+      : "memory");
+}
+
+__device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, int c0, int c1, int c2, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];\n" ::"r"(shared_address(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(shared_address(bar))
+      : "memory");
+}
+
+// Fetches the descriptor into the constant cache ahead of the first copy.
+__device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+}  // namespace mxmoe::kernels
