@@ -13,16 +13,6 @@ __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool val
                : "memory");
 }
 
-// Copies 16 bytes when `copy`: one predicated instruction (no branch, no zero-fill operand), cheap
-// enough to interleave with the wgmma tiles' decode.
-__device__ __forceinline__ void cp_async_16_if(void* dst, const void* src, bool copy) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n@p cp.async.cg.shared.global [%0], [%1], 16;\n}\n" ::"r"(
-          shared_address(dst)),
-      "l"(src), "r"(static_cast<int>(copy))
-      : "memory");
-}
-
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 
 // Waits until at most `kPending` of this thread's committed groups are still in flight.

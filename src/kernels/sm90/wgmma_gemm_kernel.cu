@@ -9,7 +9,7 @@
 // Shared memory per stage: the activations in two 128-byte-swizzled halves of K (rows x 128 bytes
 // each, 1024-byte aligned), then the 16 weight records (wgmma_stage.cuh loads both). A chunk's 8
 // wgmmas per warpgroup are 4 groups, one per decoded word; the last of them are retired while the next
-// chunk is issued (wgmma_chunk), so a stage is refilled one chunk after its compute, not at once.
+// chunk is issued (wgmma_chunk), so a warp releases a stage during the next chunk, not at its end.
 #include <cuda_bf16.h>
 
 #include <string_view>
@@ -35,8 +35,8 @@ constexpr int kWarps = 16;
 constexpr int kThreads = kWarps * 32;
 constexpr int kTiles = kWarps;  // one 16-row weight tile per warp
 static_assert(kTiles * gemv::kTileRows == kBlockWeightRows, "a 16-row weight tile per warp");
-// Four stages, chunk c's MMAs still in flight while chunk c + 1 is decoded and issued: chunks are
-// requested two ahead. One block per SM (197 KB at 128 rows).
+// Four stages, one block per SM (197 KB at 128 rows); six for the 64-row tile were slower on an H200
+// (docs/perf-log.md).
 constexpr int kStages = 4;
 constexpr int kLineBytes = 128;  // one swizzle line: 64 bf16 of K
 
