@@ -502,8 +502,8 @@ class GpuBackend final : public BackendImpl {
     }
     // The fp32 intermediate only exists for the second expand; the MXFP8 epilogue skips it.
     const size_t intermediate_bytes = !mx_mode() ? 2 : mx_expand_intermediate_ ? 4 : 0;
-    // The tensor-core family's swap-AB and wgmma tiles read a permuted copy of the hidden states (the
-    // wgmma tiles' rows, and their intermediate's, padded to whole chunks).
+    // The tensor-core family's swap-AB tiles read a permuted copy of the hidden states, the wgmma tiles
+    // the tokens expanded to their rows and an intermediate with rows padded to whole chunks.
     const bool permute_hidden =
         (mode_ == Backend::Auto || mode_ == Backend::Mma) && mma_ok_ && (mma::swap_supported(4) || wgmma_ok_);
     return WorkspaceLayout(config_, tokens, floats, mx, intermediate_bytes, permute_hidden);

@@ -49,8 +49,9 @@ struct WorkspaceLayout {
          permuted_hidden = 0, total = 0;
 
   // decode_floats: the fused decode path's partial sums for this T (0 when it is not used);
-  // mx: the MX backends' MXFP8 buffers (0 otherwise); permute_hidden: room for the swap-AB and wgmma
-  // tiles' permuted copy of the hidden states, rows padded to whole chunks of K.
+  // mx: the MX backends' MXFP8 buffers (0 otherwise); permute_hidden: room for the swap-AB tiles'
+  // permuted copy of the hidden states and for the wgmma tiles' inputs (the tokens expanded to their
+  // sorted rows, and the intermediate, rows padded to whole chunks of K).
   WorkspaceLayout(const MoeConfig& config, int64_t tokens, size_t decode_floats = 0, const MxBufferBytes& mx = {},
                   size_t intermediate_elem_bytes = 2, bool permute_hidden = false) {
     const auto pairs = static_cast<size_t>(tokens * config.top_k);
@@ -68,7 +69,8 @@ struct WorkspaceLayout {
     row_pair = take(pairs * 4);
     pair_row = take(pairs * 4);
     segment_counts = take(static_cast<size_t>(routing::kMaxRouteSegments) * experts * 4);
-    // permute_hidden: rows padded to whole chunks of K for the wgmma tiles (sm90/chunk_order.hpp).
+    // permute_hidden: the intermediate's rows padded to whole chunks of K for the wgmma tiles
+    // (sm90/chunk_order.hpp).
     const auto pad = [&](int64_t k) { return static_cast<size_t>(permute_hidden ? sm90::padded_k(k) : k); };
     intermediate = take(pairs * pad(config.intermediate) * intermediate_elem_bytes);
     // permute_hidden: it also holds the wgmma tiles' expanded GEMM1 input (bf16, rows padded) first.
@@ -82,7 +84,8 @@ struct WorkspaceLayout {
     mx_scales = take(mx.scales);
     mx_codes2 = take(mx.codes2);
     mx_scales2 = take(mx.scales2);
-    permuted_hidden = take(permute_hidden ? static_cast<size_t>(tokens) * pad(config.hidden) * 2 : 0);
+    // The swap-AB tiles' copy (unpadded: the wgmma tiles' expanded input sits in expert_rows).
+    permuted_hidden = take(permute_hidden ? static_cast<size_t>(tokens) * static_cast<size_t>(config.hidden) * 2 : 0);
   }
 
   BoundWorkspace bind(void* base) const {

@@ -29,8 +29,9 @@ struct WgmmaMaps {
 inline constexpr int kRecordWords = gemv::kChunkBytes / 8;  // a record in 8-byte elements
 static_assert(gemv::kChunkBytes % 16 == 0, "records are whole 16-byte units (the tensor map's strides)");
 
-// Chunk c of the block's tiles (first tile `tile0` of `expert`) and of its m-tile (first row `row0`)
-// into the stage at `stage` (activation halves of kHalfBytes, then the records).
+// Chunk c of the block's tiles (the first of them tile `expert_tile0` of the [experts x tiles] view)
+// and of its m-tile (first row `row0`) into the stage at `stage` (activation halves of kHalfBytes, then
+// the records).
 template <int kHalfBytes, int kTiles>
 __device__ __forceinline__ void load_stage(uint8_t* stage, const WgmmaMaps& maps, int c, int expert_tile0, int row0,
                                            uint64_t* full) {
