@@ -21,10 +21,4 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
-// Makes this thread's completed cp.async writes to shared memory visible to the async proxy (wgmma
-// operands), before the barrier that publishes them (sm_90+).
-__device__ __forceinline__ void fence_proxy_async_shared() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
 }  // namespace mxmoe::kernels

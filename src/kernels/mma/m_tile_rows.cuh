@@ -23,31 +23,26 @@ inline unsigned m_tile_blocks(const MmaArgs& a, int64_t tokens, int max_active, 
   return static_cast<unsigned>(m_blocks);
 }
 
-// The general form: m-tile `x`, and set_row(r, source, valid) for each of its kBlockM rows r, where
-// source is the activation row (GEMM1: the token's; GEMM2: the row itself) of tile row r, or of row 0
-// for a padding row (valid false). The wgmma tiles (sm90/) use it directly.
-template <int kBlockM, bool kGemm1, class SetRow>
-__device__ __forceinline__ bool begin_m_tile(const MmaArgs& a, int x, routing::MTile& tile, SetRow&& set_row) {
+// Waits for the predecessors, then finds m-tile `x` (false for the whole block when x is past the last
+// one). The wgmma tiles (sm90/) use it directly: their tensor copies read an m-tile's rows from its first.
+template <int kBlockM>
+__device__ __forceinline__ bool find_block_m_tile(const MmaArgs& a, int x, routing::MTile& tile) {
   cudaGridDependencySynchronize();
   cudaTriggerProgrammaticLaunchCompletion();
   routing::find_m_tile<kBlockM>(x, a.active_experts, a.active_count, a.expert_offsets, tile);
   __syncthreads();
-  if (tile.expert < 0) return false;
-  if (threadIdx.x < kBlockM) {
-    const int r = threadIdx.x;
-    const bool valid = r < tile.rows;
-    const int row = tile.row0 + (valid ? r : 0);
-    set_row(r, kGemm1 ? a.row_pair[row] / a.top_k : row, valid);
-  }
-  __syncthreads();
-  return true;
+  return tile.expert >= 0;
 }
 
 template <int kBlockM, bool kGemm1>
 __device__ __forceinline__ bool begin_m_tile(const MmaArgs& a, routing::MTile& tile, int64_t (&src_row)[kBlockM]) {
-  return begin_m_tile<kBlockM, kGemm1>(a, static_cast<int>(blockIdx.x), tile, [&](int r, int source, bool valid) {
-    src_row[r] = valid ? static_cast<int64_t>(source) * a.k : -1;
-  });
+  if (!find_block_m_tile<kBlockM>(a, static_cast<int>(blockIdx.x), tile)) return false;
+  if (threadIdx.x < kBlockM) {
+    const int r = threadIdx.x, row = tile.row0 + r;
+    src_row[r] = r >= tile.rows ? -1 : static_cast<int64_t>(kGemm1 ? a.row_pair[row] / a.top_k : row) * a.k;
+  }
+  __syncthreads();
+  return true;
 }
 
 // Chunk c of the m-tile's activations (16 groups of 8 bf16 per row) by cp.async, group gr of row r to

@@ -138,8 +138,8 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const mma::MmaA
     }
     kernels::fence_barrier_init();
   }
-  // Rows come straight from the m-tile's first (the activations are in sorted row order).
-  if (!mma::begin_m_tile<kRows, kGemm1>(a, m_tile, tile, [](int, int, bool) {})) return;
+  // No per-row sources: the activations are in sorted row order, copied from the m-tile's first row.
+  if (!mma::find_block_m_tile<kRows>(a, m_tile, tile)) return;
   const int expert = tile.expert;
   const int expert_tile0 = expert * a.tiles + tile0;
   auto load = [&](int c) {
