@@ -204,14 +204,14 @@ class GpuBackend final : public BackendImpl {
                   "MXMOE_MMA_MTILES: the 128-row tile needs ",
                   "a Hopper GPU (compute capability 9.x) with ", mma::wide_smem_bytes(),
                   " bytes of shared memory per block (or MXMOE_MMA_SWAP_AB=1)");
-    // Tuning knob: the wgmma tiles (1: forced, with MXMOE_MMA_MTILES 4 or 8, else the 128-row tile; 0:
+    // Tuning knob: the wgmma tiles (1: forced, with MXMOE_MMA_MTILES 2, 4 or 8, else the 128-row tile; 0:
     // never; unset: the planner's choice).
     if (const char* env = std::getenv("MXMOE_MMA_WGMMA"); env != nullptr && *env != '\0')
       wgmma_knob_ = env_choice("MXMOE_MMA_WGMMA", {0, 1});
     MXMOE_REQUIRE(wgmma_knob_ != 1 || wgmma_ok_, "MXMOE_MMA_WGMMA: the wgmma tiles need a compute capability 9.0 GPU ",
                   "and a build with sm_90a in its full profile");
     MXMOE_REQUIRE(wgmma_knob_ != 1 || mtiles_override_ == 0 || sm90::wgmma_rows_supported(mma::block_m(mtiles_override_)),
-                  "MXMOE_MMA_WGMMA: the wgmma tiles have MXMOE_MMA_MTILES 4 or 8, got ", mtiles_override_);
+                  "MXMOE_MMA_WGMMA: the wgmma tiles have MXMOE_MMA_MTILES 2, 4 or 8, got ", mtiles_override_);
     MXMOE_REQUIRE(wgmma_knob_ != 1 || !swap_override_, "MXMOE_MMA_WGMMA: set either it or MXMOE_MMA_SWAP_AB, not both");
     // The measured preference table (bench --tune), when MXMOE_TUNE_FILE names one for this device
     // and shape; a table for another device or shape is ignored, a malformed one is an Error.
@@ -402,11 +402,14 @@ class GpuBackend final : public BackendImpl {
     return tune_ ? tune_->plan_for(rows_per_expert(tokens)).mma : rows_per_expert(tokens) >= kMmaMinRows;
   }
 
-  // Hopper's wgmma tiles (Auto, no tune table): 64 rows from kWgmmaMinRows rows per expert, 128 from
-  // kWgmmaWideRows; below, the mma.sync tiles. bench --tune on an H200 (gpt-oss-120b, us per layer,
-  // bench/results/2026-11-22_h200_wgmma_tune_tables.txt): 16 rows per expert (T = 512): 32-row swap
-  // 769, 64-row wgmma 1018; 32 rows (T = 1024): 64-row swap 1185, 64-row wgmma 1109, 128-row 1394;
-  // 64 rows (T = 2048): 64-row wgmma 1685, 128-row 1617. gpt-oss-20b agrees (docs/perf-log.md).
+  // Hopper's wgmma tiles (Auto, no tune table): 32 rows from kWgmmaNarrowRows rows per expert, 64 from
+  // kWgmmaMinRows, 128 from kWgmmaWideRows; below, the mma.sync tiles. bench --tune on an H200
+  // (gpt-oss-120b, us per layer, bench/results/2026-11-22_h200_wgmma_tune_tables.txt): 32 rows per
+  // expert (T = 1024): 64-row swap 1185, 64-row wgmma 1109, 128-row 1394; 64 rows (T = 2048): 64-row
+  // wgmma 1685, 128-row 1617. The 32-row tile (docs/perf-log.md): 16 rows per expert, gpt-oss-20b
+  // T = 128: 205 against the 32-row swap tile's 232; 12 rows (120b T = 384): 740 against the 16-row
+  // mma.sync tile's 722.
+  static constexpr double kWgmmaNarrowRows = 14.0;
   static constexpr double kWgmmaMinRows = 24.0;
   static constexpr double kWgmmaWideRows = 48.0;
 
@@ -430,7 +433,8 @@ class GpuBackend final : public BackendImpl {
       if (p.mma && p.wgmma && wgmma_ok_ && wgmma_knob_ != 0) return tile;
       if (p.mma && !p.wgmma && mma::tile_supported(tile) && (!wide || wide_tile_ok_)) return tile;
     }
-    if (wgmma_ok_ && wgmma_knob_ != 0 && rows >= kWgmmaMinRows) return {rows < kWgmmaWideRows ? 4 : 8, false, true};
+    if (wgmma_ok_ && wgmma_knob_ != 0 && rows >= kWgmmaNarrowRows)
+      return {rows < kWgmmaMinRows ? 2 : rows < kWgmmaWideRows ? 4 : 8, false, true};
     return mma::tile_for(rows);
   }
 

@@ -76,9 +76,9 @@ TuneTable parse_tune_table(const std::string& json_text, const std::string& sour
       if (p.contains("wgmma")) {
         MXMOE_REQUIRE(p.at("wgmma").is_boolean(), source, ": ", where, ".wgmma must be true or false");
         plan.wgmma = p.at("wgmma").get<bool>();
-        MXMOE_REQUIRE(!plan.wgmma || plan.m_tiles == 4 || plan.m_tiles == 8, source, ": ", where,
-                      ".wgmma: the wgmma tiles have m_tiles 4 or 8, got ", plan.m_tiles);
         MXMOE_REQUIRE(!plan.wgmma || !plan.swap_ab, source, ": ", where, ".wgmma: a plan is wgmma or swap_ab, not both");
+        MXMOE_REQUIRE(!plan.wgmma || plan.m_tiles != 1, source, ": ", where,
+                      ".wgmma: the wgmma tiles have m_tiles 2, 4 or 8, got 1");
       }
     } else if (p.contains("batch_rows")) {
       plan.batch_rows = field(p, "batch_rows", 0, where.c_str());

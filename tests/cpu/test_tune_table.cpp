@@ -83,8 +83,8 @@ TEST(TuneTable, RefusesMalformedTablesByField) {
   test::expect_error_naming([&] { parse_tune_table(with(R"("wgmma": true)", R"("wgmma": "yes")"), "t"); },
                             "plans[3].wgmma must be true or false");
   test::expect_error_naming(
-      [&] { parse_tune_table(with(R"("m_tiles": 4, "wgmma": true)", R"("m_tiles": 2, "wgmma": true)"), "t"); },
-      "plans[3].wgmma: the wgmma tiles have m_tiles 4 or 8");
+      [&] { parse_tune_table(with(R"("m_tiles": 4, "wgmma": true)", R"("m_tiles": 1, "wgmma": true)"), "t"); },
+      "plans[3].wgmma: the wgmma tiles have m_tiles 2, 4 or 8");
   test::expect_error_naming(
       [&] { parse_tune_table(with(R"("wgmma": true)", R"("wgmma": true, "swap_ab": true)"), "t"); },
       "plans[3].wgmma: a plan is wgmma or swap_ab");

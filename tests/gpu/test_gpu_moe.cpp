@@ -499,16 +499,17 @@ TEST(GpuLayerVariants, EverySwapTileMatchesReference) {
                                      std::to_string(mma::block_m(m_tiles)) + "x");
 }
 
-// Every wgmma tile (Hopper: MXMOE_MMA_WGMMA=1 with MXMOE_MMA_MTILES 4, 8) against the reference over
+// Every wgmma tile (Hopper: MXMOE_MMA_WGMMA=1 with MXMOE_MMA_MTILES 2, 4, 8) against the reference over
 // the variant shapes (K not a multiple of 128: the chunk order's zero padding; tiles not a multiple
 // of 16 or 4: a block's idle warps and warpgroups; an expert taking every token; experts with none;
-// fewer rows than half a tile: the half-width wgmma), graph replay and repeated runs bit-identical.
+// fewer rows than half or three quarters of a tile: the narrower wgmmas of the 64- and 128-row tiles),
+// graph replay and repeated runs bit-identical.
 TEST(GpuLayerVariants, EveryWgmmaTileMatchesReference) {
   MXMOE_SKIP_WITHOUT_GPU();
   int device = 0;
   ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
   if (!sm90::wgmma_runs(device)) GTEST_SKIP() << "the wgmma tiles need a compute capability 9.0 GPU and sm_90a code";
-  for (const int m_tiles : {4, 8})
+  for (const int m_tiles : {2, 4, 8})
     expect_forced_tile_matches("MXMOE_MMA_WGMMA", m_tiles,
                                "wgmma bf16 " + std::to_string(sm90::kBlockWeightRows) + "x" +
                                    std::to_string(mma::block_m(m_tiles)) + "x");
@@ -532,7 +533,7 @@ TEST(GpuLayerErrors, RefusesWgmmaKnobsThatCannotRun) {
     refused({{"MXMOE_MMA_WGMMA", "1"}});
     return;
   }
-  refused({{"MXMOE_MMA_WGMMA", "1"}, {"MXMOE_MMA_MTILES", "2"}});
+  refused({{"MXMOE_MMA_WGMMA", "1"}, {"MXMOE_MMA_MTILES", "1"}});
   refused({{"MXMOE_MMA_WGMMA", "1"}, {"MXMOE_MMA_SWAP_AB", "1"}});
   // Auto takes them at 64 rows per expert (T = 256 of 8 experts, top 2); 0 turns them off.
   const MoeRunner on(cfg, layer.view(), gemv_options(256, Backend::Auto));

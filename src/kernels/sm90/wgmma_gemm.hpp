@@ -1,7 +1,7 @@
 #pragma once
 // Hopper's tensor-core family (sm_90a): warpgroup MMAs (wgmma) with the weights on M, decoded from
 // e2m1 to bf16 in registers as the other families decode them (the GEMV layout's records, read as
-// they are), and 64 or 128 rows of one expert on N, read by the wgmma straight from 128-byte-swizzled
+// they are), and 32, 64 or 128 rows of one expert on N, read by the wgmma straight from 128-byte-swizzled
 // shared memory. The mma.sync tiles (mma/) leave much of Hopper's tensor rate unused: their B
 // fragments pass through registers and every MMA is a warp instruction; a wgmma of 64 x 128 x 16 is
 // one instruction per warpgroup and runs while the warps decode the next weights.
@@ -30,7 +30,7 @@ inline constexpr int kBlockWeightRows = 256;
 // compute capability 9.0 device, a build with sm_90a among its architectures, and the shared memory.
 bool wgmma_built();
 bool wgmma_runs(int device);
-// Whether `rows` (64 or 128) is a tile of the family.
+// Whether `rows` (32, 64 or 128) is a tile of the family.
 bool wgmma_rows_supported(int rows);
 size_t wgmma_smem_bytes(int rows);
 // Lets the kernels use their dynamic shared memory (idempotent); needs wgmma_runs.

@@ -47,6 +47,9 @@ struct WgShape {
   static constexpr int kActBytes = 2 * kHalfBytes;
   static constexpr int kStageBytes = (kActBytes + kTiles * gemv::kChunkBytes + 1023) / 1024 * 1024;
   static constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + the base's alignment to 1024
+  // The 32-row tile (few rows per expert, where the decode sets the pace) runs two blocks per SM, 32
+  // warps to hide the decode's latency (64 registers a thread); one block of the wider tiles.
+  static constexpr int kBlocksPerSm = kRows <= 32 ? 2 : 1;
 };
 
 #if defined(MXMOE_WGMMA_ARCH)
@@ -55,7 +58,7 @@ __device__ __forceinline__ uint32_t smem_address(const void* p) {
 }
 #endif
 
-// The wgmma of N = kN (32, 64 or 128).
+// The wgmma of N = kN (32, 48, 64 or 128).
 template <int kN>
 __device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint64_t desc) {
@@ -63,6 +66,8 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], uint32_t a0, uint32
     kernels::wgmma_m64n128k16_bf16_rs(d, a0, a1, a2, a3, desc);
   else if constexpr (kN == 64)
     kernels::wgmma_m64n64k16_bf16_rs(d, a0, a1, a2, a3, desc);
+  else if constexpr (kN == 48)
+    kernels::wgmma_m64n48k16_bf16_rs(d, a0, a1, a2, a3, desc);
   else
     kernels::wgmma_m64n32k16_bf16_rs(d, a0, a1, a2, a3, desc);
 }
@@ -106,7 +111,8 @@ __device__ __forceinline__ void wgmma_chunk(uint32_t act, const uint8_t* record,
 }
 
 template <bool kGemm1, bool kWideScales, int kRows>
-__global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const mma::MmaArgs a, const __grid_constant__ WgmmaMaps maps) {
+__global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
+    wgmma_gemm_kernel(const mma::MmaArgs a, const __grid_constant__ WgmmaMaps maps) {
 #if defined(MXMOE_WGMMA_ARCH)
   using S = WgShape<kRows>;
   using Atom = mma::Bf16Atom<kWideScales>;
@@ -153,9 +159,12 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const mma::MmaA
   // records hold, into accumulator rows that are never stored: wgmma_chunk).
   const bool group_active = tile0 + (warp & ~3) < a.tiles;
   // Rows in the first half only (an expert's last m-tile is often nearly empty: gpt-oss-120b at T =
-  // 4096 has about 128 +- 11 rows per expert): the wgmma of half the width. A third, narrower path
-  // made ptxas serialise the wgmmas for want of registers.
+  // 4096 has about 128 +- 11 rows per expert): the wgmma of half the width; in the 64-row tile also
+  // three quarters (T = 1024: 32 +- 6 rows per expert). A third path in the 128-row tile (a quarter
+  // or three quarters), or a second in the 32-row tile, made ptxas serialise the wgmmas for want of
+  // registers.
   const bool half = tile.rows <= kRows / 2;
+  const bool three_quarter = tile.rows <= kRows * 3 / 4;
   float acc[kRows / 2] = {};
 
   for (int c = 0; c < a.chunks; ++c) {
@@ -175,8 +184,10 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const mma::MmaA
     const uint8_t* st = smem + stage * S::kStageBytes;
     if (group_active) {
       const uint8_t* record = st + S::kActBytes + warp * gemv::kChunkBytes;
-      if (half)
-        wgmma_chunk<Atom, kRows, kRows / 2>(smem_address(st), record, lane, acc, between);
+      if (kRows > 32 && half)
+        wgmma_chunk<Atom, kRows, (kRows > 32 ? kRows / 2 : kRows)>(smem_address(st), record, lane, acc, between);
+      else if (kRows == 64 && three_quarter)
+        wgmma_chunk<Atom, kRows, (kRows == 64 ? 48 : kRows)>(smem_address(st), record, lane, acc, between);
       else
         wgmma_chunk<Atom, kRows, kRows>(smem_address(st), record, lane, acc, between);
     } else {
@@ -210,6 +221,10 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const mma::MmaA
 template <class F>
 void for_each_variant(F&& f) {
 #if !defined(MXMOE_MINIMAL)
+  f(wgmma_gemm_kernel<true, false, 32>, 32);
+  f(wgmma_gemm_kernel<true, true, 32>, 32);
+  f(wgmma_gemm_kernel<false, false, 32>, 32);
+  f(wgmma_gemm_kernel<false, true, 32>, 32);
   f(wgmma_gemm_kernel<true, false, 64>, 64);
   f(wgmma_gemm_kernel<true, true, 64>, 64);
   f(wgmma_gemm_kernel<false, false, 64>, 64);
@@ -233,10 +248,14 @@ bool wgmma_built() {
 #endif
 }
 
-bool wgmma_rows_supported(int rows) { return wgmma_built() && (rows == 64 || rows == 128); }
+bool wgmma_rows_supported(int rows) { return wgmma_built() && (rows == 32 || rows == 64 || rows == 128); }
 
 size_t wgmma_smem_bytes(int rows) {
-  return rows == 64 ? WgShape<64>::kSmemBytes : WgShape<128>::kSmemBytes;
+  switch (rows) {
+    case 32: return WgShape<32>::kSmemBytes;
+    case 64: return WgShape<64>::kSmemBytes;
+    default: return WgShape<128>::kSmemBytes;
+  }
 }
 
 // Whether the build's architectures include sm_90a (MXMOE_CUDA_ARCHS, e.g. "90a,120a,121a"): plain
@@ -268,7 +287,7 @@ void configure_wgmma() {
 
 template <bool kGemm1>
 void launch_wgmma(const mma::MmaArgs& a, int64_t tokens, int max_active, int rows, cudaStream_t stream) {
-  MXMOE_REQUIRE(wgmma_rows_supported(rows), "wgmma: tiles have 64 or 128 rows (not in the minimal profile), got ",
+  MXMOE_REQUIRE(wgmma_rows_supported(rows), "wgmma: tiles have 32, 64 or 128 rows (not in the minimal profile), got ",
                 rows);
   MXMOE_REQUIRE(a.k == padded_k(a.k) && a.k >= a.chunks * gemv::kChunkK,
                 "wgmma: the activations' row length must be whole chunks covering K, got ", a.k);
@@ -297,10 +316,12 @@ void launch_wgmma(const mma::MmaArgs& a, int64_t tokens, int max_active, int row
   auto go = [&](auto kernel) {
     kernels::launch_with_pdl(kernel, grid, dim3(kThreads), wgmma_smem_bytes(rows), stream, a, maps);
   };
-  if (rows == 64)
-    a.wide_scales ? go(wgmma_gemm_kernel<kGemm1, true, 64>) : go(wgmma_gemm_kernel<kGemm1, false, 64>);
-  else
-    a.wide_scales ? go(wgmma_gemm_kernel<kGemm1, true, 128>) : go(wgmma_gemm_kernel<kGemm1, false, 128>);
+  auto go_rows = [&](auto kernel, auto kernel_wide_scales) { a.wide_scales ? go(kernel_wide_scales) : go(kernel); };
+  switch (rows) {
+    case 32: go_rows(wgmma_gemm_kernel<kGemm1, false, 32>, wgmma_gemm_kernel<kGemm1, true, 32>); break;
+    case 64: go_rows(wgmma_gemm_kernel<kGemm1, false, 64>, wgmma_gemm_kernel<kGemm1, true, 64>); break;
+    default: go_rows(wgmma_gemm_kernel<kGemm1, false, 128>, wgmma_gemm_kernel<kGemm1, true, 128>); break;
+  }
 }
 
 template void launch_wgmma<true>(const mma::MmaArgs&, int64_t, int, int, cudaStream_t);
