@@ -36,7 +36,7 @@ inline constexpr int kWideBlockN = 128;
 struct MmaTile {
   int m_tiles;
   bool swap_ab;
-  // Hopper's wgmma tile (sm90/wgmma_gemm.hpp) of 16 * m_tiles rows (4 or 8), the weights on M too; the
+  // Hopper's wgmma tile (sm90/wgmma_gemm.hpp) of 16 * m_tiles rows (2, 4 or 8), the weights on M too; the
   // planner of a Hopper device picks it, tile_for() never does.
   bool wgmma = false;
 };

@@ -35,8 +35,8 @@ constexpr int kWarps = 16;
 constexpr int kThreads = kWarps * 32;
 constexpr int kTiles = kWarps;  // one 16-row weight tile per warp
 static_assert(kTiles * gemv::kTileRows == kBlockWeightRows, "a 16-row weight tile per warp");
-// Four stages, one block per SM (197 KB at 128 rows); six for the 64-row tile were slower on an H200
-// (docs/perf-log.md).
+// Four stages (197 KB at 128 rows, 101 KB at 32: two blocks of the 32-row tile fit an SM); six for the
+// 64-row tile were slower on an H200 (docs/perf-log.md).
 constexpr int kStages = 4;
 constexpr int kLineBytes = 128;  // one swizzle line: 64 bf16 of K
 
