@@ -408,10 +408,12 @@ class GpuBackend final : public BackendImpl {
   // expert (T = 1024): 64-row swap 1185, 64-row wgmma 1109, 128-row 1394; 64 rows (T = 2048): 64-row
   // wgmma 1685, 128-row 1617. The 32-row tile (docs/perf-log.md): 16 rows per expert, gpt-oss-20b
   // T = 128: 205 against the 32-row swap tile's 232; 12 rows (120b T = 384): 740 against the 16-row
-  // mma.sync tile's 722.
+  // mma.sync tile's 722. The 64-row tile against the 128-row one since its N = 48 path (docs/perf-log.md):
+  // 120b 48 / 56 / 64 rows 1029 / 1163 / 1452 against 1113 / 1250 / 1307; 20b 48 / 56 rows 269 / 310
+  // against 285 / 301 (that model's boundary is near 52; a tune table has it).
   static constexpr double kWgmmaNarrowRows = 14.0;
   static constexpr double kWgmmaMinRows = 24.0;
-  static constexpr double kWgmmaWideRows = 48.0;
+  static constexpr double kWgmmaWideRows = 60.0;
 
   // The tensor-core tile: forced (MXMOE_MMA_WGMMA, MXMOE_MMA_MTILES, MXMOE_MMA_SWAP_AB), else the tune
   // table's (when built and runnable here), else Hopper's wgmma rule above, else mma::tile_for's.
