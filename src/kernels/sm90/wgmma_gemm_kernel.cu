@@ -50,6 +50,12 @@ struct WgShape {
   // The 32-row tile (few rows per expert, where the decode sets the pace) runs two blocks per SM, 32
   // warps to hide the decode's latency (64 registers a thread); one block of the wider tiles.
   static constexpr int kBlocksPerSm = kRows <= 32 ? 2 : 1;
+  // The narrower wgmmas of m-tiles with fewer rows (kRows where the tile has none): half the width in
+  // the 64- and 128-row tiles, three quarters in the 64-row tile. More paths (a quarter or three
+  // quarters of the 128-row tile, half of the 32-row tile) made ptxas serialise the wgmmas for want of
+  // registers.
+  static constexpr int kHalfN = kRows > 32 ? kRows / 2 : kRows;
+  static constexpr int kThreeQuarterN = kRows == 64 ? 48 : kRows;
 };
 
 #if defined(MXMOE_WGMMA_ARCH)
@@ -162,13 +168,10 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
   // The warpgroup runs when its first tile exists (its other warps then multiply whatever their
   // records hold, into accumulator rows that are never stored: wgmma_chunk).
   const bool group_active = tile0 + (warp & ~3) < a.tiles;
-  // Rows in the first half only (an expert's last m-tile is often nearly empty: gpt-oss-120b at T =
-  // 4096 has about 128 +- 11 rows per expert): the wgmma of half the width; in the 64-row tile also
-  // three quarters (T = 1024: 32 +- 6 rows per expert). A third path in the 128-row tile (a quarter
-  // or three quarters), or a second in the 32-row tile, made ptxas serialise the wgmmas for want of
-  // registers.
-  const bool half = tile.rows <= kRows / 2;
-  const bool three_quarter = tile.rows <= kRows * 3 / 4;
+  // The narrowest wgmma that covers the m-tile's rows (WgShape: an expert's last m-tile is often
+  // nearly empty, gpt-oss-120b at T = 4096 has about 128 +- 11 rows per expert; at T = 1024, 32 +- 6).
+  const bool half = S::kHalfN < kRows && tile.rows <= S::kHalfN;
+  const bool three_quarter = S::kThreeQuarterN < kRows && tile.rows <= S::kThreeQuarterN;
   float acc[kRows / 2] = {};
 
   for (int c = 0; c < a.chunks; ++c) {
@@ -188,10 +191,10 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
     const uint8_t* st = smem + stage * S::kStageBytes;
     if (group_active) {
       const uint8_t* record = st + S::kActBytes + warp * gemv::kChunkBytes;
-      if (kRows > 32 && half)
-        wgmma_chunk<Atom, kRows, (kRows > 32 ? kRows / 2 : kRows)>(smem_address(st), record, lane, acc, between);
-      else if (kRows == 64 && three_quarter)
-        wgmma_chunk<Atom, kRows, (kRows == 64 ? 48 : kRows)>(smem_address(st), record, lane, acc, between);
+      if (half)
+        wgmma_chunk<Atom, kRows, S::kHalfN>(smem_address(st), record, lane, acc, between);
+      else if (three_quarter)
+        wgmma_chunk<Atom, kRows, S::kThreeQuarterN>(smem_address(st), record, lane, acc, between);
       else
         wgmma_chunk<Atom, kRows, kRows>(smem_address(st), record, lane, acc, between);
     } else {
