@@ -9,7 +9,8 @@
 // Shared memory per stage: the activations in two 128-byte-swizzled halves of K (rows x 128 bytes
 // each, 1024-byte aligned), then the 16 weight records (wgmma_stage.cuh loads both). A chunk's 8
 // wgmmas per warpgroup are 4 groups, one per decoded word; the last of them are retired while the next
-// chunk is issued (wgmma_chunk), so a warp releases a stage during the next chunk, not at its end.
+// chunk is issued (wgmma_chunk), so a warp releases a stage during the next chunk (the 32-row tile, after
+// its word 1) or at the next chunk's end (the 64- and 128-row tiles: kLateRelease in the kernel).
 #include <cuda_bf16.h>
 
 #include <string_view>
@@ -129,6 +130,7 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
   // Chunk c + kAhead is requested during chunk c, into chunk c - 1's stage once every warp has retired
   // that chunk's wgmmas (the `empty` barriers), so three chunks are in flight while one is computed.
   constexpr int kAhead = kStages - 1;
+  constexpr bool kLateRelease = kRows >= 64;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   __shared__ routing::MTile tile;
   __shared__ __align__(8) uint64_t full[kStages];   // a stage's records and activations have landed
@@ -177,15 +179,26 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
   for (int c = 0; c < a.chunks; ++c) {
     const int stage = c % kStages;
     kernels::mbarrier_wait_parity(&full[stage], static_cast<uint32_t>(c / kStages) & 1u);
-    // After word 1's wait (all of chunk c - 1's wgmma groups retired): release chunk c - 1's stage.
-    // After word 3's: the producer refills it with chunk c + kAhead once every warp has released it
-    // (a warp arrives only after waiting for chunk c, which the producer requested after the previous
-    // phase of that stage completed, so no arrival lands in the wrong phase).
-    auto between = [&](int w) {
-      if (w == 1 && lane == 0 && c > 0) kernels::mbarrier_arrive(&empty[(c - 1) % kStages]);
-      if (w == 3 && producer && c + kAhead < a.chunks) {
+    // Chunk c - 1's wgmma groups are all retired after word 1's wait: then its stage is released, and the
+    // producer refills it with chunk c + kAhead once every warp has (a warp arrives only after waiting
+    // for chunk c, which the producer requested after the previous phase of that stage completed, so no
+    // arrival lands in the wrong phase). The 64- and 128-row tiles do both after the chunk's last group
+    // (kLateRelease), out of the wgmma sequence; with a branch between the groups ptxas rebuilds every
+    // wgmma descriptor from scratch, about 15% of the chunk's instructions. The 32-row tile releases
+    // within the chunk: moved out, its 64 registers no longer keep the wgmmas asynchronous (C7512).
+    auto release = [&] {
+      if (lane == 0 && c > 0) kernels::mbarrier_arrive(&empty[(c - 1) % kStages]);
+    };
+    auto refill = [&] {
+      if (producer && c + kAhead < a.chunks) {
         if (c > 0) kernels::mbarrier_wait_parity(&empty[(c - 1) % kStages], static_cast<uint32_t>((c - 1) / kStages) & 1u);
         load(c + kAhead);
+      }
+    };
+    auto between = [&](int w) {
+      if constexpr (!kLateRelease) {
+        if (w == 1) release();
+        if (w == 3) refill();
       }
     };
     const uint8_t* st = smem + stage * S::kStageBytes;
@@ -201,6 +214,10 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
       __syncwarp();
 #pragma unroll
       for (int w = 0; w < 4; ++w) between(w);
+    }
+    if constexpr (kLateRelease) {
+      release();
+      refill();
     }
   }
   kernels::wgmma_wait<0>();
