@@ -150,6 +150,7 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
   if (producer) {
     kernels::tma_prefetch_map(&maps.weights);
     kernels::tma_prefetch_map(&maps.act);
+    kernels::tma_prefetch_map(&maps.act_half);
     for (int s = 0; s < kStages; ++s) {
       kernels::mbarrier_init(&full[s], 1);
       kernels::mbarrier_init(&empty[s], kWarps);
@@ -160,9 +161,16 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
   if (!mma::find_block_m_tile<kRows>(a, m_tile, tile)) return;
   const int expert = tile.expert;
   const int expert_tile0 = expert * a.tiles + tile0;
+  // The narrowest wgmma that covers the m-tile's rows (WgShape: an expert's last m-tile is often
+  // nearly empty, gpt-oss-120b at T = 4096 has about 128 +- 11 rows per expert; at T = 1024, 32 +- 6).
+  // The half-width path's stages hold only the rows it reads.
+  const bool half = S::kHalfN < kRows && tile.rows <= S::kHalfN;
+  const bool three_quarter = S::kThreeQuarterN < kRows && tile.rows <= S::kThreeQuarterN;
+  const bool half_rows = half;
   auto load = [&](int c) {
     const int stage = c % kStages;
-    load_stage<S::kHalfBytes, kTiles>(smem + stage * S::kStageBytes, maps, c, expert_tile0, tile.row0, &full[stage]);
+    load_stage<S::kHalfBytes, kTiles>(smem + stage * S::kStageBytes, maps, c, expert_tile0, tile.row0, half_rows,
+                                      &full[stage]);
   };
   if (producer)
     for (int c = 0; c < kAhead && c < a.chunks; ++c) load(c);
@@ -170,10 +178,6 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
   // The warpgroup runs when its first tile exists (its other warps then multiply whatever their
   // records hold, into accumulator rows that are never stored: wgmma_chunk).
   const bool group_active = tile0 + (warp & ~3) < a.tiles;
-  // The narrowest wgmma that covers the m-tile's rows (WgShape: an expert's last m-tile is often
-  // nearly empty, gpt-oss-120b at T = 4096 has about 128 +- 11 rows per expert; at T = 1024, 32 +- 6).
-  const bool half = S::kHalfN < kRows && tile.rows <= S::kHalfN;
-  const bool three_quarter = S::kThreeQuarterN < kRows && tile.rows <= S::kThreeQuarterN;
   float acc[kRows / 2] = {};
 
   for (int c = 0; c < a.chunks; ++c) {
@@ -336,6 +340,9 @@ void launch_wgmma(const mma::MmaArgs& a, int64_t tokens, int max_active, int row
   const uint32_t act_box[] = {kLineBytes / 2, static_cast<uint32_t>(rows)};
   maps.act = kernels::encode_tiled_map("wgmma activations", CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, a.act, act_dims,
                                        act_strides, act_box, CU_TENSOR_MAP_SWIZZLE_128B);
+  const uint32_t act_half_box[] = {kLineBytes / 2, static_cast<uint32_t>(rows / 2)};
+  maps.act_half = kernels::encode_tiled_map("wgmma activations (half)", CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, a.act,
+                                            act_dims, act_strides, act_half_box, CU_TENSOR_MAP_SWIZZLE_128B);
   const dim3 grid(static_cast<unsigned>(blocks));
   auto go = [&](auto kernel) {
     kernels::launch_with_pdl(kernel, grid, dim3(kThreads), wgmma_smem_bytes(rows), stream, a, maps);

@@ -20,10 +20,11 @@
 
 namespace mxmoe::sm90 {
 
-// The two descriptors of a launch (kernel parameter, __grid_constant__).
+// The descriptors of a launch (kernel parameter, __grid_constant__).
 struct WgmmaMaps {
-  CUtensorMap weights;  // 3D: 136 x 8 bytes, chunks, experts x tiles; box {136, 1, 16}
-  CUtensorMap act;      // 2D bf16: K padded to whole chunks, rows; box {64, rows}, 128-byte swizzle
+  CUtensorMap weights;   // 3D: 136 x 8 bytes, chunks, experts x tiles; box {136, 1, 16}
+  CUtensorMap act;       // 2D bf16: K padded to whole chunks, rows; box {64, rows}, 128-byte swizzle
+  CUtensorMap act_half;  // the same with box {64, rows / 2}: an m-tile that the half-width wgmma covers
 };
 
 inline constexpr int kRecordWords = gemv::kChunkBytes / 8;  // a record in 8-byte elements
@@ -31,15 +32,18 @@ static_assert(gemv::kChunkBytes % 16 == 0, "records are whole 16-byte units (the
 
 // Chunk c of the block's tiles (the first of them tile `expert_tile0` of the [experts x tiles] view)
 // and of its m-tile (first row `row0`) into the stage at `stage` (activation halves of kHalfBytes, then
-// the records).
+// the records). `half_rows`: only the first half of the tile's rows (the m-tile has no more; the half
+// of each activation half that the half-width wgmma reads, at the same place: the swizzle repeats every
+// 8 rows).
 template <int kHalfBytes, int kTiles>
 __device__ __forceinline__ void load_stage(uint8_t* stage, const WgmmaMaps& maps, int c, int expert_tile0, int row0,
-                                           uint64_t* full) {
-  constexpr uint32_t kBytes = 2 * kHalfBytes + kTiles * gemv::kChunkBytes;
-  kernels::mbarrier_arrive_expect_tx(full, kBytes);
+                                           bool half_rows, uint64_t* full) {
+  constexpr uint32_t kWeightBytes = kTiles * gemv::kChunkBytes;
+  kernels::mbarrier_arrive_expect_tx(full, (half_rows ? kHalfBytes : 2 * kHalfBytes) + kWeightBytes);
+  const CUtensorMap* act = half_rows ? &maps.act_half : &maps.act;
   kernels::tma_load_3d(stage + 2 * kHalfBytes, &maps.weights, 0, c, expert_tile0, full);
-  kernels::tma_load_2d(stage, &maps.act, c * gemv::kChunkK, row0, full);
-  kernels::tma_load_2d(stage + kHalfBytes, &maps.act, c * gemv::kChunkK + gemv::kChunkK / 2, row0, full);
+  kernels::tma_load_2d(stage, act, c * gemv::kChunkK, row0, full);
+  kernels::tma_load_2d(stage + kHalfBytes, act, c * gemv::kChunkK + gemv::kChunkK / 2, row0, full);
 }
 
 }  // namespace mxmoe::sm90
