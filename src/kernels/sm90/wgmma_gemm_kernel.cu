@@ -57,6 +57,7 @@ struct WgShape {
   // registers.
   static constexpr int kHalfN = kRows > 32 ? kRows / 2 : kRows;
   static constexpr int kThreeQuarterN = kRows == 64 ? 48 : kRows;
+  static_assert(kHalfN <= kThreeQuarterN && kThreeQuarterN <= kRows, "the narrower paths, narrowest first");
 };
 
 #if defined(MXMOE_WGMMA_ARCH)
