@@ -167,10 +167,9 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
   // The half-width path's stages hold only the rows it reads.
   const bool half = S::kHalfN < kRows && tile.rows <= S::kHalfN;
   const bool three_quarter = S::kThreeQuarterN < kRows && tile.rows <= S::kThreeQuarterN;
-  const bool half_rows = half;
   auto load = [&](int c) {
     const int stage = c % kStages;
-    load_stage<S::kHalfBytes, kTiles>(smem + stage * S::kStageBytes, maps, c, expert_tile0, tile.row0, half_rows,
+    load_stage<S::kHalfBytes, kTiles>(smem + stage * S::kStageBytes, maps, c, expert_tile0, tile.row0, half,
                                       &full[stage]);
   };
   if (producer)

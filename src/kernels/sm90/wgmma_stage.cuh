@@ -32,9 +32,8 @@ static_assert(gemv::kChunkBytes % 16 == 0, "records are whole 16-byte units (the
 
 // Chunk c of the block's tiles (the first of them tile `expert_tile0` of the [experts x tiles] view)
 // and of its m-tile (first row `row0`) into the stage at `stage` (activation halves of kHalfBytes, then
-// the records). `half_rows`: only the first half of the tile's rows (the m-tile has no more; the half
-// of each activation half that the half-width wgmma reads, at the same place: the swizzle repeats every
-// 8 rows).
+// the records). `half_rows`: only the first half of the tile's rows, all that the half-width wgmma
+// reads; they land where the full box puts them (the swizzle repeats every 8 rows).
 template <int kHalfBytes, int kTiles>
 __device__ __forceinline__ void load_stage(uint8_t* stage, const WgmmaMaps& maps, int c, int expert_tile0, int row0,
                                            bool half_rows, uint64_t* full) {
