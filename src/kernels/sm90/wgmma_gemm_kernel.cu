@@ -58,6 +58,8 @@ struct WgShape {
   static constexpr int kHalfN = kRows > 32 ? kRows / 2 : kRows;
   static constexpr int kThreeQuarterN = kRows == 64 ? 48 : kRows;
   static_assert(kHalfN <= kThreeQuarterN && kThreeQuarterN <= kRows, "the narrower paths, narrowest first");
+  // launch_wgmma's act_half map loads kRows / 2 rows for the half-width path.
+  static_assert(kHalfN == kRows || 2 * kHalfN == kRows, "the half-width path reads half the tile's rows");
 };
 
 #if defined(MXMOE_WGMMA_ARCH)
