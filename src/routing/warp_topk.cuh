@@ -15,50 +15,50 @@ using mxmoe::kMaxExperts;
 using mxmoe::kMaxTopk;
 inline constexpr int kMaxPerLane = kMaxExperts / 32;
 
-// a beats b: larger value, ties to the lower expert id.
-__device__ __forceinline__ bool beats(float av, int ai, float bv, int bi) { return av > bv || (av == bv && ai < bi); }
+// The selection order of a logit as an unsigned key: a larger logit gets a larger key, -0 and +0 the
+// same key (they tie), NaN the key of -inf. Every key of a logit is above 0, which marks experts that
+// are absent or already taken.
+__device__ __forceinline__ unsigned order_key(float v) {
+  if (isnan(v)) v = -INFINITY;
+  const unsigned b = __float_as_uint(v == 0.f ? 0.f : v);
+  return b & 0x80000000u ? ~b : b | 0x80000000u;
+}
 
 // row: the token's E logits. On return, on every lane: sel_id[s] and sel_val[s] (raw logit) for
-// s < top_k, and raw[j] = logit of expert lane + 32 j (-inf past E).
+// s < top_k, and raw[j] = logit of expert lane + 32 j (-inf past E). Each pick is two warp
+// reductions (redux.sync): the largest key, then the lowest expert id holding it. Expert
+// lane + 32 j is (j << 5) | lane, so the minimum over those ids is the lower-id tie-break. The chain
+// per pick is a few instructions long, which matters where the routing runs inside a busy GEMM block.
 __device__ __forceinline__ void warp_topk(const float* row, int experts, int top_k, int lane, float (&raw)[kMaxPerLane],
                                           float (&sel_val)[kMaxTopk], int (&sel_id)[kMaxTopk]) {
-  float v[kMaxPerLane];
+  unsigned key[kMaxPerLane];
 #pragma unroll
   for (int j = 0; j < kMaxPerLane; ++j) {
     const int e = lane + 32 * j;
     raw[j] = e < experts ? row[e] : -INFINITY;
-    v[j] = e < experts ? (isnan(raw[j]) ? -INFINITY : raw[j]) : -INFINITY;
+    key[j] = e < experts ? order_key(raw[j]) : 0u;
   }
-  unsigned taken = 0;
 #pragma unroll
   for (int s = 0; s < kMaxTopk; ++s) {
     if (s >= top_k) break;
-    float best_v = -INFINITY;
-    int best_i = INT_MAX;
+    unsigned mine = 0;
 #pragma unroll
-    for (int j = 0; j < kMaxPerLane; ++j) {
-      const int e = lane + 32 * j;
-      if (e < experts && !(taken >> j & 1u) && beats(v[j], e, best_v, best_i)) {
-        best_v = v[j];
-        best_i = e;
-      }
-    }
+    for (int j = 0; j < kMaxPerLane; ++j) mine = max(mine, key[j]);
+    const unsigned best = __reduce_max_sync(0xffffffffu, mine);
+    unsigned cand = UINT_MAX;
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, best_v, off);
-      const int oi = __shfl_xor_sync(0xffffffffu, best_i, off);
-      if (beats(ov, oi, best_v, best_i)) {
-        best_v = ov;
-        best_i = oi;
-      }
-    }
-    if ((best_i & 31) == lane) taken |= 1u << (best_i / 32);
+    for (int j = kMaxPerLane - 1; j >= 0; --j)
+      if (key[j] == best) cand = static_cast<unsigned>(lane + 32 * j);
+    const int id = static_cast<int>(__reduce_min_sync(0xffffffffu, cand));
     float raw_v = -INFINITY;
 #pragma unroll
     for (int j = 0; j < kMaxPerLane; ++j)
-      if (lane + 32 * j == best_i) raw_v = raw[j];
-    sel_val[s] = __shfl_sync(0xffffffffu, raw_v, best_i & 31);
-    sel_id[s] = best_i;
+      if (lane + 32 * j == id) {
+        raw_v = raw[j];
+        key[j] = 0u;
+      }
+    sel_val[s] = __shfl_sync(0xffffffffu, raw_v, id & 31);
+    sel_id[s] = id;
   }
 }
 

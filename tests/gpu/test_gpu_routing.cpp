@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "gpu/gpu_test_support.hpp"
 #include "moe/workspace.hpp"
@@ -97,6 +99,59 @@ INSTANTIATE_TEST_SUITE_P(Cases, GpuRouting,
                                            RouteCase{60, 6, 517, RoutingOrder::SoftmaxThenTopk, false, true},
                                            RouteCase{4, 4, 33, RoutingOrder::TopkThenSoftmax, false, false},
                                            RouteCase{1, 1, 5, RoutingOrder::TopkThenSoftmax, false, false}));
+
+// The selection rule on the values the random cases never draw: NaN is selected as if it were -inf,
+// -0 and +0 tie (the lower id first), and ties among -inf and NaN also go to the lower id. The CPU
+// reference rejects non-finite logits, so the expected ids come from that rule spelled out here.
+TEST(GpuRouting, NanAsMinusInfAndSignedZerosTie) {
+  MXMOE_SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  const int experts = 128, k = 4;
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  std::normal_distribution<float> dist(-3.f, 1.f);
+  std::vector<std::vector<float>> rows(6, std::vector<float>(experts));
+  for (auto& x : rows[0]) x = rng() & 1 ? -0.f : 0.f;  // all zeros of both signs
+  for (auto& x : rows[1]) x = -inf;                    // one finite, NaNs among -inf
+  rows[1][3] = rows[1][70] = nan;
+  rows[1][100] = 1.f;
+  for (int e = 0; e < experts; ++e) rows[2][e] = e < 64 ? nan : dist(rng);  // NaN below every finite
+  for (auto& x : rows[3]) x = -1.f - std::abs(dist(rng));                   // zeros of both signs on top
+  rows[3][77] = -0.f;
+  rows[3][12] = 0.f;
+  rows[3][5] = -0.f;
+  for (auto& x : rows[4]) x = nan;
+  for (auto& x : rows[5]) x = dist(rng);  // +inf on top, a NaN where the largest finite would be
+  rows[5][33] = inf;
+  rows[5][97] = nan;
+
+  MoeConfig cfg;
+  cfg.num_experts = experts;
+  cfg.top_k = k;
+  cfg.hidden = 64;
+  cfg.intermediate = 64;
+  const int64_t tokens = static_cast<int64_t>(rows.size());
+  std::vector<float> logits;
+  for (const auto& r : rows) logits.insert(logits.end(), r.begin(), r.end());
+  const WorkspaceLayout layout(cfg, tokens);
+  DeviceBuffer ws(layout.total);
+  MXMOE_CUDA_CHECK(cudaMemset(ws.get(), 0xFF, ws.bytes()));  // poison
+  const auto bound = layout.bind(ws.get());
+  const DeviceBuffer d_logits = to_device(logits);
+  routing::route_and_permute(cfg, d_logits.get<float>(), tokens, bound.routing, nullptr);
+  std::vector<int32_t> ids(static_cast<size_t>(tokens * k));
+  MXMOE_CUDA_CHECK(cudaMemcpy(ids.data(), bound.routing.expert_ids, ids.size() * 4, cudaMemcpyDeviceToHost));
+
+  for (int64_t t = 0; t < tokens; ++t) {
+    auto key = [&](int e) {
+      const float v = rows[t][e];
+      return std::isnan(v) ? -inf : v;  // -0 == +0 as floats compare
+    };
+    std::vector<int> order(experts);
+    for (int e = 0; e < experts; ++e) order[e] = e;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return key(a) > key(b); });
+    for (int s = 0; s < k; ++s) EXPECT_EQ(ids[t * k + s], order[s]) << "token " << t << " slot " << s;
+  }
+}
 
 TEST(GpuCombine, SumsSlotsInOrder) {
   MXMOE_SKIP_WITHOUT_GPU();

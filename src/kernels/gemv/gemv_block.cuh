@@ -180,13 +180,21 @@ __device__ __forceinline__ void for_each_batch_row(int batch_rows, F f) {
     }
 }
 
-// GEMM1's epilogue for one warp's tile: bias, clamped interleaved SwiGLU, bf16 out. The lane holds
-// rows (g, g+8) of the tile: a gate and its linear. No add without a bias: -0 stays -0.
+// The bias pair each epilogue below adds for the lane: loaded by the kernels before their main loop,
+// so the load's latency is not paid after it.
+__device__ __forceinline__ float2 gemm1_bias(const GemvArgs& a, int tile, int expert) {
+  return load_bias_pair(a, expert, 2 * (tile * 8 + ((threadIdx.x & 31) >> 2)), 1);
+}
+__device__ __forceinline__ float2 gemm2_bias(const GemvArgs& a, int tile, int expert) {
+  return load_bias_pair(a, expert, tile * kTileRows + ((threadIdx.x & 31) >> 2), 8);
+}
+
+// GEMM1's epilogue for one warp's tile: bias (gemm1_bias), clamped interleaved SwiGLU, bf16 out. The
+// lane holds rows (g, g+8) of the tile: a gate and its linear. No add without a bias: -0 stays -0.
 template <int kNb>
-__device__ __forceinline__ void store_gemm1(const GemvArgs& a, const float (&acc)[kNb][4], int tile, int expert,
+__device__ __forceinline__ void store_gemm1(const GemvArgs& a, const float (&acc)[kNb][4], int tile, float2 bias,
                                             int64_t first_row, int batch_rows) {
   const int feature = tile * 8 + ((threadIdx.x & 31) >> 2);
-  const float2 bias = load_bias_pair(a, expert, 2 * feature, 1);
   for_each_batch_row<kNb>(batch_rows, [&](int n, int j, int r) {
     float gate = acc[n][j], linear = acc[n][2 + j];
     if (a.bias) {
@@ -198,13 +206,12 @@ __device__ __forceinline__ void store_gemm1(const GemvArgs& a, const float (&acc
   });
 }
 
-// GEMM2's epilogue for one warp's tile: bias, times the routing weight, fp32 rows for the combine.
-// weight_of(r) gives batch row r's routing weight.
+// GEMM2's epilogue for one warp's tile: bias (gemm2_bias), times the routing weight, fp32 rows for
+// the combine. weight_of(r) gives batch row r's routing weight.
 template <int kNb, class WeightOf>
-__device__ __forceinline__ void store_gemm2(const GemvArgs& a, const float (&acc)[kNb][4], int tile, int expert,
+__device__ __forceinline__ void store_gemm2(const GemvArgs& a, const float (&acc)[kNb][4], int tile, float2 bias,
                                             int64_t first_row, int batch_rows, WeightOf weight_of) {
   const int col = tile * kTileRows + ((threadIdx.x & 31) >> 2);
-  const float2 bias = load_bias_pair(a, expert, col, 8);
   for_each_batch_row<kNb>(batch_rows, [&](int n, int j, int r) {
     const float weight = weight_of(r);
     float* out = static_cast<float*>(a.out) + (first_row + r) * a.n + col;

@@ -86,6 +86,10 @@ __global__ void __launch_bounds__(32 * warps_for(kNb), min_blocks_for(kNb))
   // The weights do not depend on the activations: request the first stages of the first batch now.
   const bool has_batch = static_cast<int>(blockIdx.z) * kBatchRows < rows;
   if (lane == 0 && has_batch) ring.issue_first(groups);
+  // The epilogue's bias is a weight too: its load's latency passes under the wait and the main loop.
+  const float2 bias = has_tile && split == 0 && active
+                          ? (kGemm1 ? gemm1_bias(a, tile, expert) : gemm2_bias(a, tile, expert))
+                          : make_float2(0.f, 0.f);
   if (!kGemm1 || local) cudaGridDependencySynchronize();
   cudaTriggerProgrammaticLaunchCompletion();
   // The previous forward's GEMM2 is complete (the wait above), and this forward's GEMM2 reads the
@@ -117,9 +121,9 @@ __global__ void __launch_bounds__(32 * warps_for(kNb), min_blocks_for(kNb))
     if (has_tile && split == 0) {
       const int64_t first_row = row0 + batch;
       if constexpr (kGemm1) {
-        store_gemm1(a, acc, tile, expert, first_row, batch_rows);
+        store_gemm1(a, acc, tile, bias, first_row, batch_rows);
       } else {
-        store_gemm2(a, acc, tile, expert, first_row, batch_rows, [&](int r) {
+        store_gemm2(a, acc, tile, bias, first_row, batch_rows, [&](int r) {
           const int64_t row = first_row + r;
           return local ? local_route.weights[local_route.row_pair[row]] : a.pair_weights[a.row_pair[row]];
         });

@@ -154,9 +154,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) stream_kernel(const St
     sum_chains<1, kWarps>(chains, acc, cur.ksplit, partial);
     if (cur.tile < a.tiles && cur.split == 0) {
       if (cur.gemm1)
-        store_gemm1(a, acc, cur.tile, expert, row0, rows);
+        store_gemm1(a, acc, cur.tile, gemm1_bias(a, cur.tile, expert), row0, rows);
       else
-        store_gemm2(a, acc, cur.tile, expert, row0, rows, [&](int r) { return route.weights[route.row_pair[row0 + r]]; });
+        store_gemm2(a, acc, cur.tile, gemm2_bias(a, cur.tile, expert), row0, rows, [&](int r) { return route.weights[route.row_pair[row0 + r]]; });
     }
     // The block's stores, then thread 0's fence and count (CUTLASS's semaphore pattern).
     __syncthreads();
