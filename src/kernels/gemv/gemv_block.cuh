@@ -5,6 +5,7 @@
 // small T, and the combine done by a GEMM2 block.
 #include <cuda_bf16.h>
 
+#include <climits>
 #include <cstdint>
 
 #include "kernels/common/bf16_pack.cuh"
@@ -229,6 +230,7 @@ __device__ __forceinline__ void store_gemm2(const GemvArgs& a, const float (&acc
 // as the route kernel, so the same answer bit for bit) instead of by a route kernel. Rows are sorted
 // by (expert, token, slot) as the permutation sorts them; slot s is the s-th expert with a pair.
 inline constexpr int kLocalPairs = kLocalRouteTokens * routing::kMaxTopk;
+static_assert(kLocalPairs <= 32, "local_routing ranks the pairs one per lane of a warp");
 struct LocalRouting {
   int ids[kLocalPairs];          // pair -> expert
   float weights[kLocalPairs];    // pair -> routing weight
@@ -237,54 +239,53 @@ struct LocalRouting {
   int slot_expert[kLocalPairs];  // slot -> expert (slots below `active`)
   int slot_row0[kLocalPairs];    // slot -> its first sorted row
   int slot_rows[kLocalPairs];    // slot -> its rows
-  unsigned bitmap[routing::kMaxExperts / 32];  // experts with a pair
-  int active;                                  // experts with a pair
+  int active;                    // experts with a pair
 };
 
-// Every thread of the block calls it (at least kLocalPairs threads); reads a.logits.
+// Every thread of the block calls it; reads a.logits. Warp 0 does all of it, in registers, and the
+// block meets once: the other warps' barriers would sit on the chain of a block that is waiting to
+// request its weights (GEMM2's blocks start as GEMM1's leave, and this is on their path).
 __device__ inline void local_routing(const GemvArgs& a, LocalRouting& r) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int pairs = a.tokens * a.top_k;
-  if (threadIdx.x < routing::kMaxExperts / 32) r.bitmap[threadIdx.x] = 0;
-  __syncthreads();
-  if (warp < a.tokens) {
-    int my_id;
-    float my_weight;
-    routing::warp_route_token(a.logits + static_cast<int64_t>(warp) * a.experts, a.experts, a.top_k, a.softmax_first,
-                              a.renormalize, lane, my_id, my_weight);
-    if (lane < a.top_k) {
-      const int p = warp * a.top_k + lane;
-      r.ids[p] = my_id;
-      r.weights[p] = my_weight;
-      atomicOr(&r.bitmap[my_id / 32], 1u << (my_id % 32));
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    const int pairs = a.tokens * a.top_k;
+    // Lane p takes pair p = t * k + s: slot s of token t's routing.
+    int e = INT_MAX;
+    float weight = 0.f;
+    for (int t = 0; t < a.tokens; ++t) {
+      int my_id;
+      float my_weight;
+      routing::warp_route_token(a.logits + static_cast<int64_t>(t) * a.experts, a.experts, a.top_k, a.softmax_first,
+                                a.renormalize, lane, my_id, my_weight);
+      const int s = lane - t * a.top_k;
+      const int id_s = __shfl_sync(0xffffffffu, my_id, s & 31);
+      const float weight_s = __shfl_sync(0xffffffffu, my_weight, s & 31);
+      if (s >= 0 && s < a.top_k) {
+        e = id_s;
+        weight = weight_s;
+      }
     }
-  }
-  __syncthreads();
-  const int i = threadIdx.x;
-  if (i < pairs) {
-    const int e = r.ids[i];
-    int below = 0, same = 0, rank_same = 0;
-    for (int j = 0; j < pairs; ++j) {
-      const int f = r.ids[j];
-      below += f < e;
-      same += f == e;
-      rank_same += f == e && j < i;
+    // Pairs with a lower expert (below), and earlier pairs of the same expert (rank_same).
+    unsigned below = 0;
+    for (int j = 0; j < pairs; ++j) below |= static_cast<unsigned>(__shfl_sync(0xffffffffu, e, j) < e) << j;
+    const unsigned valid = pairs >= 32 ? ~0u : (1u << pairs) - 1u;
+    const unsigned same = __match_any_sync(0xffffffffu, e) & valid;
+    const int rank_same = __popc(same & ((1u << lane) - 1u));
+    const unsigned heads = __ballot_sync(0xffffffffu, lane < pairs && rank_same == 0);
+    if (lane < pairs) {
+      const int row = __popc(below) + rank_same;
+      r.ids[lane] = e;
+      r.weights[lane] = weight;
+      r.pair_row[lane] = row;
+      r.row_pair[row] = lane;
+      if (rank_same == 0) {
+        const int slot = __popc(below & heads);
+        r.slot_expert[slot] = e;
+        r.slot_row0[slot] = __popc(below);
+        r.slot_rows[slot] = __popc(same);
+      }
     }
-    const int row = below + rank_same;
-    r.pair_row[i] = row;
-    r.row_pair[row] = i;
-    if (rank_same == 0) {
-      int slot = __popc(r.bitmap[e / 32] & ((1u << (e % 32)) - 1u));
-      for (int w = 0; w < e / 32; ++w) slot += __popc(r.bitmap[w]);
-      r.slot_expert[slot] = e;
-      r.slot_row0[slot] = below;
-      r.slot_rows[slot] = same;
-    }
-  }
-  if (threadIdx.x == 0) {
-    int active = 0;
-    for (int w = 0; w < (a.experts + 31) / 32; ++w) active += __popc(r.bitmap[w]);
-    r.active = active;
+    if (lane == 0) r.active = __popc(heads);
   }
   __syncthreads();
 }
