@@ -181,13 +181,18 @@ __device__ __forceinline__ void for_each_batch_row(int batch_rows, F f) {
     }
 }
 
+// The lane's outputs of a warp's tile: GEMM1's intermediate feature (its gate and linear are rows
+// g and g+8) and GEMM2's first column (the second is 8 further).
+__device__ __forceinline__ int gemm1_feature(int tile) { return tile * 8 + ((threadIdx.x & 31) >> 2); }
+__device__ __forceinline__ int gemm2_column(int tile) { return tile * kTileRows + ((threadIdx.x & 31) >> 2); }
+
 // The bias pair each epilogue below adds for the lane: loaded by the kernels before their main loop,
 // so the load's latency is not paid after it.
 __device__ __forceinline__ float2 gemm1_bias(const GemvArgs& a, int tile, int expert) {
-  return load_bias_pair(a, expert, 2 * (tile * 8 + ((threadIdx.x & 31) >> 2)), 1);
+  return load_bias_pair(a, expert, 2 * gemm1_feature(tile), 1);
 }
 __device__ __forceinline__ float2 gemm2_bias(const GemvArgs& a, int tile, int expert) {
-  return load_bias_pair(a, expert, tile * kTileRows + ((threadIdx.x & 31) >> 2), 8);
+  return load_bias_pair(a, expert, gemm2_column(tile), 8);
 }
 
 // GEMM1's epilogue for one warp's tile: bias (gemm1_bias), clamped interleaved SwiGLU, bf16 out. The
@@ -195,7 +200,7 @@ __device__ __forceinline__ float2 gemm2_bias(const GemvArgs& a, int tile, int ex
 template <int kNb>
 __device__ __forceinline__ void store_gemm1(const GemvArgs& a, const float (&acc)[kNb][4], int tile, float2 bias,
                                             int64_t first_row, int batch_rows) {
-  const int feature = tile * 8 + ((threadIdx.x & 31) >> 2);
+  const int feature = gemm1_feature(tile);
   for_each_batch_row<kNb>(batch_rows, [&](int n, int j, int r) {
     float gate = acc[n][j], linear = acc[n][2 + j];
     if (a.bias) {
@@ -212,7 +217,7 @@ __device__ __forceinline__ void store_gemm1(const GemvArgs& a, const float (&acc
 template <int kNb, class WeightOf>
 __device__ __forceinline__ void store_gemm2(const GemvArgs& a, const float (&acc)[kNb][4], int tile, float2 bias,
                                             int64_t first_row, int batch_rows, WeightOf weight_of) {
-  const int col = tile * kTileRows + ((threadIdx.x & 31) >> 2);
+  const int col = gemm2_column(tile);
   for_each_batch_row<kNb>(batch_rows, [&](int n, int j, int r) {
     const float weight = weight_of(r);
     float* out = static_cast<float*>(a.out) + (first_row + r) * a.n + col;
