@@ -70,7 +70,10 @@ class MoeRunner {
   size_t workspace_bytes() const;
   // hidden [T, H] bf16, router_logits [T, E] fp32, out [T, H] bf16: host pointers for Reference,
   // device pointers otherwise. T may be 0. Throws on T > max_tokens(), null pointers, or a
-  // workspace smaller than workspace_bytes().
+  // workspace smaller than workspace_bytes(). On a GPU, hidden and router_logits must be complete
+  // when forward is enqueued: the first kernels read them before waiting for the previous work in
+  // the stream, so their producer must be an ordinary kernel, a copy or the host, not a kernel that
+  // releases its dependants early (programmatic dependent launch; docs/gpu-pipeline.md).
   void forward(const uint16_t* hidden, const float* router_logits, int64_t tokens, uint16_t* out,
                void* workspace, size_t workspace_size, cudaStream_t stream = nullptr) const;
   // Profiling: run only the first `stages` of route, gemm1, gemm2, combine (kAllStages = all; the

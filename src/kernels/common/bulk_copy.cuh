@@ -19,9 +19,15 @@ __device__ __forceinline__ void fence_barrier_init() {
 }
 
 // One arrival that also announces `bytes` of transactions the barrier must see complete.
+// Each operation takes the barrier (and the copy its destination) as a shared-window address: a
+// loop that keeps them in 32-bit registers does not recompute them from generic pointers each trip.
+
+// One arrival that also announces `bytes` of transactions the barrier must see complete.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_address(bar)), "r"(bytes)
-               : "memory");
+  mbarrier_arrive_expect_tx(shared_address(bar), bytes);
 }
 
 // One plain arrival (a consumer releasing a stage).
@@ -29,25 +35,29 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(shared_address(bar)) : "memory");
 }
 
-__device__ __forceinline__ void mbarrier_wait_parity(uint64_t* bar, uint32_t parity) {
+__device__ __forceinline__ void mbarrier_wait_parity(uint32_t bar, uint32_t parity) {
   asm volatile(
       "{\n"
       ".reg .pred done;\n"
       "MXMOE_WAIT_%=:\n"
       "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
       "@!done bra MXMOE_WAIT_%=;\n"
-      "}\n" ::"r"(shared_address(bar)),
+      "}\n" ::"r"(bar),
       "r"(parity)
       : "memory");
 }
+__device__ __forceinline__ void mbarrier_wait_parity(uint64_t* bar, uint32_t parity) {
+  mbarrier_wait_parity(shared_address(bar), parity);
+}
 
 // bytes: a multiple of 16; both addresses 16-byte aligned.
+__device__ __forceinline__ void bulk_copy_to_shared(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
 __device__ __forceinline__ void bulk_copy_to_shared(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-          shared_address(dst)),
-      "l"(src), "r"(bytes), "r"(shared_address(bar))
-      : "memory");
+  bulk_copy_to_shared(shared_address(dst), src, bytes, shared_address(bar));
 }
 
 }  // namespace mxmoe::kernels

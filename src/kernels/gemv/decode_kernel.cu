@@ -245,20 +245,16 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeArgs a)
     const int64_t expert = rt.slot_expert[slot];
     const int rows = rt.slot_rows[slot];
     // GEMM1: lanes whose MMA column is past the expert's rows read its last row (never stored).
-    const uint8_t* const b_base[1] = {smem + rt.slot_tokens[slot][min(g, rows - 1)] * stride + q * 16};
+    const uint32_t b_base[1] = {kernels::shared_address(smem + rt.slot_tokens[slot][min(g, rows - 1)] * stride + q * 16)};
     float chains[2][1][4] = {};
     for (int j = 0; j < n1; ++j) {
       const uint8_t* stage = wait_piece();
       const int c = c0 + 2 * j;
 #pragma unroll
       for (int x = 0; x < 2; ++x)
-        if (c + x < c1) {
-          const uint8_t* record = stage + x * kChunkBytes;
-          const uint4 lo = *reinterpret_cast<const uint4*>(record + lane * 16);
-          const uint4 hi = *reinterpret_cast<const uint4*>(record + 512 + lane * 16);
-          const uint32_t sc = *reinterpret_cast<const uint16_t*>(record + kChunkWeightBytes + lane * 2);
-          mma_chunk<kWide, 1>(lo, hi, sc, b_base, (c + x) * kChunkK * 2, chains);
-        }
+        if (c + x < c1)
+          mma_chunk<kWide, 1>(load_chunk_words(kernels::shared_address(stage + x * kChunkBytes), lane), b_base,
+                              (c + x) * kChunkK * 2, chains);
       release_piece();
     }
 #pragma unroll

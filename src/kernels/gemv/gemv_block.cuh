@@ -71,66 +71,71 @@ __device__ void stage_rows(const GemvArgs& a, int first_row, int rows, const int
   }
 }
 
-// The per-warp weight ring: stage s holds the records of chunks [c, c + kStageChunks) of the warp's
-// tile, one bulk copy (records are contiguous, see gemv_layout.hpp). `seq` counts the stages the warp
-// has consumed over its whole life, so a ring can be pointed at another tile (`retarget`) and its
-// slots and mbarrier parities stay in step.
+// The per-warp weight ring: each stage holds the records of kStageChunks consecutive chunks of the
+// warp's range of a tile, one bulk copy (records are contiguous, see gemv_layout.hpp). A range always
+// starts in slot 0 (every slot is free between ranges), so a ring can be pointed at another range
+// (`retarget`) at any time; `phases` keeps each slot's mbarrier parity across ranges. Addresses are
+// shared-window addresses held in registers: the loop's bookkeeping is a few instructions per stage.
 template <int kStages>
 struct WeightRing {
-  uint8_t* base;        // kStages * kStageBytes of shared memory
-  uint64_t* bars;       // kStages mbarriers
-  const uint8_t* tile;  // the tile's packed records (global)
-  int c_begin, c_end;
-  uint32_t seq;         // stages consumed so far by this warp (all lanes agree)
+  uint32_t slots;       // shared address of slot 0 (kStages * kStageBytes)
+  uint32_t bars;        // shared address of the kStages mbarriers, 8 bytes apart
+  uint32_t phases;      // bit s: the parity of slot s's next completion (all lanes agree)
+  const uint8_t* src;   // global address of the range's first record
+  int c_begin, chunks;  // the range: chunks [c_begin, c_begin + chunks) of the tile
 
-  __device__ int groups() const { return (c_end - c_begin + kStageChunks - 1) / kStageChunks; }
-
-  __device__ void retarget(const uint8_t* tile_records, int begin, int end) {
-    tile = tile_records;
-    c_begin = begin;
-    c_end = end;
+  __device__ void init(const uint8_t* base, const uint64_t* barriers) {
+    slots = kernels::shared_address(base);
+    bars = kernels::shared_address(barriers);
+    phases = 0;
   }
 
-  // One lane only: request group `grp` into the ring slot it will occupy.
-  __device__ void issue(int grp) const {
-    const uint32_t slot = (seq + grp) % kStages;
-    const int c = c_begin + grp * kStageChunks;
-    const uint32_t bytes = min(kStageChunks, c_end - c) * kChunkBytes;
-    kernels::mbarrier_arrive_expect_tx(&bars[slot], bytes);
-    kernels::bulk_copy_to_shared(base + slot * kStageBytes, tile + static_cast<int64_t>(c) * kChunkBytes, bytes,
-                                 &bars[slot]);
+  __device__ int groups() const { return (chunks + kStageChunks - 1) / kStageChunks; }
+
+  __device__ void retarget(const uint8_t* tile_records, int begin, int end) {
+    src = tile_records + static_cast<int64_t>(begin) * kChunkBytes;
+    c_begin = begin;
+    chunks = end - begin;
+  }
+
+  // One lane only: request group `grp` of the range into ring slot `slot`.
+  __device__ void issue(int slot, int grp) const {
+    const int c = grp * kStageChunks;
+    const uint32_t bytes = min(kStageChunks, chunks - c) * kChunkBytes;
+    const uint32_t bar = bars + slot * 8;
+    kernels::mbarrier_arrive_expect_tx(bar, bytes);
+    kernels::bulk_copy_to_shared(slots + slot * kStageBytes, src + static_cast<int64_t>(c) * kChunkBytes, bytes, bar);
   }
   // One lane only: request the first stages of the current range (every slot must be free).
   __device__ void issue_first(int groups) const {
-    for (int grp = 0; grp < min(kStages, groups); ++grp) issue(grp);
+    for (int grp = 0; grp < min(kStages, groups); ++grp) issue(grp, grp);
   }
 };
 
 // The warp's whole range: waits for each stage (its first min(kStages, groups) requested before),
 // runs its chunks through mma_chunk and refills the slot kStages groups ahead. Every slot is free
-// again on return.
+// again on return. b_rows: shared addresses of the lane's B rows (chunk 0).
 template <bool kWideScales, int kStages, int kNb>
-__device__ __forceinline__ void consume_ring(WeightRing<kStages>& ring, int groups, const uint8_t* const (&b_rows)[kNb],
+__device__ __forceinline__ void consume_ring(WeightRing<kStages>& ring, int groups, const uint32_t (&b_rows)[kNb],
                                              float (&chains)[2][kNb][4]) {
   const int lane = threadIdx.x & 31;
+  uint32_t offset = ring.c_begin * (kChunkK * 2);  // bytes into the staged rows
+  int slot = 0;
   for (int grp = 0; grp < groups; ++grp) {
-    const uint32_t slot_index = (ring.seq + grp) % kStages;
-    kernels::mbarrier_wait_parity(&ring.bars[slot_index], ((ring.seq + grp) / kStages) & 1u);
-    const uint8_t* stage = ring.base + slot_index * kStageBytes;
-    const int c0 = ring.c_begin + grp * kStageChunks;
+    kernels::mbarrier_wait_parity(ring.bars + slot * 8, (ring.phases >> slot) & 1u);
+    ring.phases ^= 1u << slot;
+    const uint32_t stage = ring.slots + slot * kStageBytes;
+    const int in_stage = min(kStageChunks, ring.chunks - grp * kStageChunks);
 #pragma unroll
     for (int u = 0; u < kStageChunks; ++u) {
-      if (c0 + u >= ring.c_end) break;
-      const uint8_t* record = stage + u * kChunkBytes;
-      const uint4 lo = *reinterpret_cast<const uint4*>(record + lane * 16);
-      const uint4 hi = *reinterpret_cast<const uint4*>(record + 512 + lane * 16);
-      const uint32_t sc = *reinterpret_cast<const uint16_t*>(record + kChunkWeightBytes + lane * 2);
-      mma_chunk<kWideScales, kNb>(lo, hi, sc, b_rows, (c0 + u) * kChunkK * 2, chains);
+      if (u > 0 && u >= in_stage) break;
+      mma_chunk<kWideScales>(load_chunk_words(stage + u * kChunkBytes, lane), b_rows, offset, chains);
+      offset += kChunkK * 2;
     }
     __syncwarp();  // every lane has read the stage before it is refilled
-    if (lane == 0 && grp + kStages < groups) ring.issue(grp + kStages);
+    if (lane == 0 && grp + kStages < groups) ring.issue(slot, grp + kStages);
+    slot = slot + 1 == kStages ? 0 : slot + 1;
   }
-  ring.seq += groups;
 }
 
 // The two chains of a warp summed, then (ksplit > 1) the split's warps summed in a fixed order into

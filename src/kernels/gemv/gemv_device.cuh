@@ -7,6 +7,7 @@
 
 #include "kernels/common/mma_bf16.cuh"
 #include "kernels/common/mx_decode.cuh"
+#include "kernels/common/shared_load.cuh"
 #include "kernels/gemv/gemv_layout.hpp"
 
 namespace mxmoe::gemv {
@@ -72,18 +73,29 @@ __device__ __forceinline__ uint32_t apply_scale(uint32_t v, uint32_t m, uint32_t
   return v;
 }
 
+// The lane's share of one chunk record in shared memory (gemv_layout.hpp): the 16 bytes of its two
+// tile rows' MX block and their two scale bytes.
+struct ChunkWords {
+  uint4 lo, hi;
+  uint32_t scales;
+};
+__device__ __forceinline__ ChunkWords load_chunk_words(uint32_t record, int lane) {
+  return {kernels::ld_shared_v4(record + lane * 16), kernels::ld_shared_v4(record + 512 + lane * 16),
+          kernels::ld_shared_u16(record + kChunkWeightBytes + lane * 2)};
+}
+
 // One chunk (K = 128) of one 16-row tile (gemv_layout.hpp) against kNb groups of 8 activation rows
 // (MMA N = 8 each): the weights are decoded once and feed 8 * kNb MMAs. Group n's B fragments come
-// from b_rows[n] + offset; each group accumulates into two chains (by word parity), so a column's
-// sum runs in the same order whatever kNb is: a row gets the same bits from every batch width.
+// from shared address b_rows[n] + offset; each group accumulates into two chains (by word parity), so
+// a column's sum runs in the same order whatever kNb is: a row gets the same bits from every batch width.
 template <bool kWideScales, int kNb>
-__device__ __forceinline__ void mma_chunk(const uint4& w_lo, const uint4& w_hi, uint32_t scales,
-                                          const uint8_t* const (&b_rows)[kNb], int offset, float (&acc)[2][kNb][4]) {
+__device__ __forceinline__ void mma_chunk(const ChunkWords& words, const uint32_t (&b_rows)[kNb], uint32_t offset,
+                                          float (&acc)[2][kNb][4]) {
   uint32_t m_lo, m_hi, h_lo, h_hi;
-  scale_multipliers<kWideScales>(scales & 0xFFu, m_lo, h_lo);
-  scale_multipliers<kWideScales>((scales >> 8) & 0xFFu, m_hi, h_hi);
-  const uint32_t words_lo[4] = {w_lo.x, w_lo.y, w_lo.z, w_lo.w};
-  const uint32_t words_hi[4] = {w_hi.x, w_hi.y, w_hi.z, w_hi.w};
+  scale_multipliers<kWideScales>(words.scales & 0xFFu, m_lo, h_lo);
+  scale_multipliers<kWideScales>((words.scales >> 8) & 0xFFu, m_hi, h_hi);
+  const uint32_t words_lo[4] = {words.lo.x, words.lo.y, words.lo.z, words.lo.w};
+  const uint32_t words_hi[4] = {words.hi.x, words.hi.y, words.hi.z, words.hi.w};
 #pragma unroll
   for (int w = 0; w < 4; ++w) {
     uint32_t lo[4], hi[4];
@@ -96,7 +108,7 @@ __device__ __forceinline__ void mma_chunk(const uint4& w_lo, const uint4& w_hi, 
     }
 #pragma unroll
     for (int n = 0; n < kNb; ++n) {
-      const uint4 b = *reinterpret_cast<const uint4*>(b_rows[n] + offset + w * 64);
+      const uint4 b = kernels::ld_shared_v4(b_rows[n] + offset + w * 64);
       kernels::mma_m16n8k16_bf16(acc[w & 1][n], lo[0], hi[0], lo[1], hi[1], b.x, b.y);
       kernels::mma_m16n8k16_bf16(acc[w & 1][n], lo[2], hi[2], lo[3], hi[3], b.z, b.w);
     }

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "kernels/common/bulk_copy.cuh"
+#include "kernels/common/gpu_atomics.cuh"
 #include "kernels/common/pdl_launch.cuh"
 #include "kernels/common/static_smem.hpp"
 #include "kernels/gemv/gemv.hpp"
@@ -77,19 +78,24 @@ __global__ void __launch_bounds__(32 * warps_for(kNb), min_blocks_for(kNb))
   const bool has_tile = tile < a.tiles;
   const int stride = act_row_stride(a.chunks);
   WeightRing<kStages> ring;
-  ring.base = smem + act_bytes(a.chunks, rows_cap) + warp * warp_ring_bytes(kStages);
-  ring.bars = bars[warp];
+  ring.init(smem + act_bytes(a.chunks, rows_cap) + warp * warp_ring_bytes(kStages), bars[warp]);
   ring.retarget(a.weights + expert * a.expert_stride + static_cast<int64_t>(tile) * a.chunks * kChunkBytes,
                 a.chunks * split / ksplit, a.chunks * (split + 1) / ksplit);
-  ring.seq = 0;
   const int groups = has_tile ? ring.groups() : 0;
   // The weights do not depend on the activations: request the first stages of the first batch now.
-  const bool has_batch = static_cast<int>(blockIdx.z) * kBatchRows < rows;
+  const int first_batch = blockIdx.z * kBatchRows;
+  const bool has_batch = first_batch < rows;
   if (lane == 0 && has_batch) ring.issue_first(groups);
   // The epilogue's bias is a weight too: its load's latency passes under the wait and the main loop.
   const float2 bias = has_tile && split == 0 && active
                           ? (kGemm1 ? gemm1_bias(a, tile, expert) : gemm2_bias(a, tile, expert))
                           : make_float2(0.f, 0.f);
+  // Routed locally, GEMM1 stages its first batch's token rows before the wait too: the hidden states
+  // are complete when the forward is enqueued (docs/gpu-pipeline.md), like the logits.
+  const bool staged_early = kGemm1 && local && has_batch;
+  if (staged_early)
+    stage_rows<kGemm1, kThreads, kNb == 1 ? 2 : 4>(a, row0 + first_batch, min(kBatchRows, rows - first_batch),
+                                                    local_route.row_pair + row0 + first_batch, smem);
   if (!kGemm1 || local) cudaGridDependencySynchronize();
   cudaTriggerProgrammaticLaunchCompletion();
   // The previous forward's GEMM2 is complete (the wait above), and this forward's GEMM2 reads the
@@ -103,16 +109,18 @@ __global__ void __launch_bounds__(32 * warps_for(kNb), min_blocks_for(kNb))
   }
   if (!active) return;
   // Lanes whose batch row is past rows_cap read the last staged row: their MMA column is never stored.
-  const uint8_t* b_rows[kNb];
+  uint32_t b_rows[kNb];
 #pragma unroll
-  for (int n = 0; n < kNb; ++n) b_rows[n] = smem + min(kNarrowRows * n + g, rows_cap - 1) * stride + q * 16;
+  for (int n = 0; n < kNb; ++n)
+    b_rows[n] = kernels::shared_address(smem + min(kNarrowRows * n + g, rows_cap - 1) * stride + q * 16);
 
-  for (int batch = blockIdx.z * kBatchRows; batch < rows; batch += gridDim.z * kBatchRows) {
+  for (int batch = first_batch; batch < rows; batch += gridDim.z * kBatchRows) {
     const int batch_rows = min(kBatchRows, rows - batch);
     // Later batches re-stream the tile: request their first stages before staging the rows.
-    if (lane == 0 && batch != static_cast<int>(blockIdx.z) * kBatchRows) ring.issue_first(groups);
-    stage_rows<kGemm1, kThreads, kNb == 1 ? 2 : 4>(a, row0 + batch, batch_rows,
-                                                    local ? local_route.row_pair + row0 + batch : nullptr, smem);
+    if (lane == 0 && batch != first_batch) ring.issue_first(groups);
+    if (!staged_early || batch != first_batch)
+      stage_rows<kGemm1, kThreads, kNb == 1 ? 2 : 4>(a, row0 + batch, batch_rows,
+                                                      local ? local_route.row_pair + row0 + batch : nullptr, smem);
     __syncthreads();
     float chains[2][kNb][4] = {};
     consume_ring<kWideScales>(ring, groups, b_rows, chains);
@@ -134,14 +142,13 @@ __global__ void __launch_bounds__(32 * warps_for(kNb), min_blocks_for(kNb))
   if constexpr (!kGemm1) {
     if (a.combine_out == nullptr) return;
     // Every active block of the column group arrives once, after all its rows are written: the
-    // barrier orders the block's stores before thread 0's fence and count (CUTLASS's semaphore
-    // pattern); the last to arrive fences again before its threads read the group's rows.
+    // barrier orders the block's stores before thread 0's count, a release; the count of the last to
+    // arrive is also an acquire, and the barrier after it orders its threads' reads of the group's rows.
     __syncthreads();
     if (threadIdx.x == 0) {
-      __threadfence();
       const int active_count = local ? local_route.active : *a.active_count;
-      last_of_group = atomicAdd(&a.combine_counters[blockIdx.x], 1) == active_count * static_cast<int>(gridDim.z) - 1;
-      if (last_of_group) __threadfence();
+      last_of_group = kernels::fetch_add_acq_rel_gpu(&a.combine_counters[blockIdx.x], 1) ==
+                      active_count * static_cast<int>(gridDim.z) - 1;
     }
     __syncthreads();
     if (!last_of_group) return;

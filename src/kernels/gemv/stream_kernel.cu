@@ -97,9 +97,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) stream_kernel(const St
   const int items = n1 + (s.phases >= 2 ? slots * groups2 : 0);
   const int act_area = max(act_bytes(s.g1.chunks, rows_cap), act_bytes(s.g2.chunks, rows_cap));
   WeightRing<kStages> ring;
-  ring.base = smem + act_area + warp * warp_ring_bytes(kStages);
-  ring.bars = bars[warp];
-  ring.seq = 0;
+  ring.init(smem + act_area + warp * warp_ring_bytes(kStages), bars[warp]);
   int index = blockIdx.x;
   Item it{};
   int groups = 0;
@@ -136,7 +134,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) stream_kernel(const St
     }
     __syncthreads();
     const int stride = act_row_stride(a.chunks);
-    const uint8_t* const b_rows[1] = {smem + min(lane >> 2, rows_cap - 1) * stride + (lane & 3) * 16};
+    const uint32_t b_rows[1] = {kernels::shared_address(smem + min(lane >> 2, rows_cap - 1) * stride + (lane & 3) * 16)};
     float chains[2][1][4] = {};
     if (it.gemm1)
       consume_ring<kWide1>(ring, groups, b_rows, chains);
