@@ -156,8 +156,11 @@ class GpuBackend final : public BackendImpl {
     fused_combine_tokens_ = gemv::kDefaultFusedCombineTokens;
     if (const char* env = std::getenv("MXMOE_FUSED_COMBINE_TOKENS"); env != nullptr && *env != '\0')
       fused_combine_tokens_ = env_choice("MXMOE_FUSED_COMBINE_TOKENS", {0, 1, 2, 3, 4, 5, 6, 7, 8});
+    // Tuning knob: the largest T whose GEMMs route the tokens themselves (0: always the route kernel).
+    if (const char* env = std::getenv("MXMOE_LOCAL_ROUTE_TOKENS"); env != nullptr && *env != '\0')
+      local_route_tokens_ = env_choice("MXMOE_LOCAL_ROUTE_TOKENS", {0, 1, 2, 3, 4});
     gemv::configure(static_cast<size_t>(smem_optin));
-    // The streamed decode kernel (kernels/gemv/stream.hpp) for T <= kLocalRouteTokens when
+    // The streamed decode kernel (kernels/gemv/stream.hpp) for T <= kStreamMaxTokens when
     // MXMOE_GEMV_STREAM=1 (kDefaultStream otherwise). Its plan per T is fixed here: the grid must be
     // resident at once, which the occupancy of this shape decides.
     stream_on_ = kDefaultStream;
@@ -166,7 +169,7 @@ class GpuBackend final : public BackendImpl {
     stream_on_ = stream_on_ && gemv::stream_stages_built(stages);
     if (stream_on_) {
       gemv::configure_stream(static_cast<size_t>(smem_optin));
-      for (int t = 1; t <= gemv::kLocalRouteTokens; ++t) {
+      for (int t = 1; t <= gemv::kStreamMaxTokens; ++t) {
         const int slots = static_cast<int>(std::min<int64_t>(config.num_experts, int64_t{t} * config.top_k));
         const int resident = gemv::stream_resident_blocks(static_cast<int>(h), static_cast<int>(i), t, stages, sm_count_);
         stream_plans_[t] = gemv::plan_stream(static_cast<int>(w1_.shape.tiles), static_cast<int>(w2_.shape.tiles), slots,
@@ -282,7 +285,7 @@ class GpuBackend final : public BackendImpl {
       return;
     }
     // Small T: both GEMMs route the tokens themselves (no route kernel), and GEMM2 does the combine.
-    const bool local_route = tokens <= gemv::kLocalRouteTokens;
+    const bool local_route = tokens <= local_route_tokens_;
     const bool fused_combine = tokens <= fused_combine_tokens_;
     if (!local_route) routing::route_and_permute(config_, router_logits, tokens, ws.routing, stream);
     if (stages < 2) return;
@@ -354,7 +357,7 @@ class GpuBackend final : public BackendImpl {
     os << ", " << max_active << " expert slots";
     if (w1_.stages != gemv::kDefaultStages || w2_.stages != gemv::kDefaultStages)
       os << ", ring stages " << w1_.stages << "/" << w2_.stages;
-    if (tokens <= gemv::kLocalRouteTokens) os << ", routed in both gemms";
+    if (tokens <= local_route_tokens_) os << ", routed in both gemms";
     if (tokens <= fused_combine_tokens_) os << ", combine in gemm2";
     return os.str();
   }
@@ -605,11 +608,11 @@ class GpuBackend final : public BackendImpl {
   }
 
   bool uses_stream(int64_t tokens) const {
-    return stream_on_ && tokens > 0 && tokens <= gemv::kLocalRouteTokens && !uses_mma(tokens) && !mx_mode() &&
+    return stream_on_ && tokens > 0 && tokens <= gemv::kStreamMaxTokens && !uses_mma(tokens) && !mx_mode() &&
            tokens > decode_tokens_;
   }
 
-  // T <= kLocalRouteTokens: the whole layer in one kernel (kernels/gemv/stream.hpp). Profiling stages:
+  // T <= kStreamMaxTokens: the whole layer in one kernel (kernels/gemv/stream.hpp). Profiling stages:
   // 2 runs GEMM1's items alone, 3 adds GEMM2's, 4 the combine (route is in every block, no stage of its own).
   void forward_stream(const uint16_t* hidden, const float* router_logits, int64_t tokens, uint16_t* out,
                       const BoundWorkspace& ws, cudaStream_t stream, int stages) const {
@@ -691,8 +694,9 @@ class GpuBackend final : public BackendImpl {
   int batch_override_ = 0;  // MXMOE_GEMV_BATCH (0: not set)
   bool mx_expand_intermediate_ = false;  // MXMOE_MX_EXPAND_INTERMEDIATE: a second expand, not GEMM1's epilogue
   int fused_combine_tokens_ = gemv::kDefaultFusedCombineTokens;
-  bool stream_on_ = false;  // the streamed decode kernel serves T <= kLocalRouteTokens
-  std::array<gemv::StreamPlan, gemv::kLocalRouteTokens + 1> stream_plans_{};
+  int local_route_tokens_ = gemv::kDefaultLocalRouteTokens;
+  bool stream_on_ = false;  // the streamed decode kernel serves T <= kStreamMaxTokens
+  std::array<gemv::StreamPlan, gemv::kStreamMaxTokens + 1> stream_plans_{};
   int mtiles_override_ = 0;
   bool swap_override_ = false;
   bool wide_tile_ok_ = false;  // the 128-row tensor-core tile is built and fits this device

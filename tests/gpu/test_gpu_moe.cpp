@@ -177,10 +177,11 @@ std::string describe(const InputCase& c, uint64_t seed) {
          ", I = " + std::to_string(c.intermediate);
 }
 
-// Small T takes other launch sequences: T <= 2 routes inside both GEMMs (no route kernel), and up to
-// MXMOE_FUSED_COMBINE_TOKENS GEMM2's last blocks combine (no combine kernel). A token's output must
-// not depend on which: with the split-K pinned, T = 1, 2, 5, 8 give the same bits as the first rows of
-// T = 9 (route kernel, combine kernel) on the same tokens, with the combine fused up to T = 8 and never;
+// Small T takes other launch sequences: up to MXMOE_LOCAL_ROUTE_TOKENS both GEMMs route the tokens
+// themselves (no route kernel), and up to MXMOE_FUSED_COMBINE_TOKENS GEMM2's last blocks combine (no
+// combine kernel). A token's output must not depend on which: with the split-K pinned, T = 1, 2, 3, 4,
+// 5, 8 give the same bits as the first rows of T = 9 (route kernel, combine kernel) on the same tokens,
+// with the routing local up to T = 4 and never, the combine fused up to T = 8 and never;
 // and each small T gives the same bits eager twice and in a graph replayed three times (the combine
 // counters are cleared every forward).
 TEST(GpuLayerPaths, SmallBatchSequencesGiveTheGeneralPathsBits) {
@@ -188,30 +189,40 @@ TEST(GpuLayerPaths, SmallBatchSequencesGiveTheGeneralPathsBits) {
   const int64_t general = 9;
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
-  const LayerInputs in = make_inputs({32, 4, 512, 384, general, false, false}, seed);
-  const MoeConfig& cfg = in.cfg;
-  const MoeLayerData& layer = in.layer;
-  const std::vector<uint16_t>& hidden = in.hidden;
-  const std::vector<float>& logits = in.logits;
-  for (const char* ksplit : {"1", "4"})
-  for (const char* fused : {"0", "8"}) {
-    SCOPED_TRACE(std::string("MXMOE_GEMV_KSPLIT=") + ksplit + " MXMOE_FUSED_COMBINE_TOKENS=" + fused);
-    const MoeRunner runner = [&] {
-      const ScopedEnv split("MXMOE_GEMV_KSPLIT", ksplit), combine("MXMOE_FUSED_COMBINE_TOKENS", fused);
-      return MoeRunner(cfg, layer.view(), gemv_options(general));
-    }();
-    EXPECT_EQ(runner.describe_plan(8).find("combine in gemm2") != std::string::npos, std::string(fused) == "8")
-        << runner.describe_plan(8);
-    const auto full = run_on_gpu(runner, hidden, logits, general);
-    for (const int64_t t : {1, 2, 5, 8}) {
-      SCOPED_TRACE("T = " + std::to_string(t));
-      const std::vector<uint16_t> h(hidden.begin(), hidden.begin() + t * cfg.hidden);
-      const std::vector<float> l(logits.begin(), logits.begin() + t * cfg.num_experts);
-      const auto out = run_on_gpu(runner, h, l, t);
-      ASSERT_EQ(out, std::vector<uint16_t>(full.begin(), full.begin() + t * cfg.hidden))
-          << "differs from the first rows of T = " << general;
-      EXPECT_EQ(out, run_on_gpu(runner, h, l, t)) << "two eager runs differ";
-      EXPECT_EQ(out, run_graph_replay(runner, h, l, t)) << "graph replay differs from eager";
+  // k = 8 at T = 4 fills the 32 pairs the local routing ranks one per lane.
+  for (const InputCase& c :
+       {InputCase{32, 4, 512, 384, general, false, false}, InputCase{256, 8, 256, 192, general, false, false}}) {
+    SCOPED_TRACE(describe(c, seed));
+    const LayerInputs in = make_inputs(c, seed);
+    const MoeConfig& cfg = in.cfg;
+    const MoeLayerData& layer = in.layer;
+    const std::vector<uint16_t>& hidden = in.hidden;
+    const std::vector<float>& logits = in.logits;
+    for (const char* ksplit : {"1", "4"})
+    for (const char* fused : {"0", "8"})
+    for (const char* local : {"0", "4"}) {
+      SCOPED_TRACE(std::string("MXMOE_GEMV_KSPLIT=") + ksplit + " MXMOE_FUSED_COMBINE_TOKENS=" + fused +
+                   " MXMOE_LOCAL_ROUTE_TOKENS=" + local);
+      const MoeRunner runner = [&] {
+        const ScopedEnv split("MXMOE_GEMV_KSPLIT", ksplit), combine("MXMOE_FUSED_COMBINE_TOKENS", fused),
+            route("MXMOE_LOCAL_ROUTE_TOKENS", local);
+        return MoeRunner(cfg, layer.view(), gemv_options(general));
+      }();
+      EXPECT_EQ(runner.describe_plan(8).find("combine in gemm2") != std::string::npos, std::string(fused) == "8")
+          << runner.describe_plan(8);
+      EXPECT_EQ(runner.describe_plan(4).find("routed in both gemms") != std::string::npos, std::string(local) == "4")
+          << runner.describe_plan(4);
+      const auto full = run_on_gpu(runner, hidden, logits, general);
+      for (const int64_t t : {1, 2, 3, 4, 5, 8}) {
+        SCOPED_TRACE("T = " + std::to_string(t));
+        const std::vector<uint16_t> h(hidden.begin(), hidden.begin() + t * cfg.hidden);
+        const std::vector<float> l(logits.begin(), logits.begin() + t * cfg.num_experts);
+        const auto out = run_on_gpu(runner, h, l, t);
+        ASSERT_EQ(out, std::vector<uint16_t>(full.begin(), full.begin() + t * cfg.hidden))
+            << "differs from the first rows of T = " << general;
+        EXPECT_EQ(out, run_on_gpu(runner, h, l, t)) << "two eager runs differ";
+        EXPECT_EQ(out, run_graph_replay(runner, h, l, t)) << "graph replay differs from eager";
+      }
     }
   }
 }
@@ -613,7 +624,8 @@ TEST(GpuLayerErrors, RejectsUnknownKnobValues) {
   const MoeConfig cfg = MoeConfig::tiny();
   const MoeLayerData layer = MoeLayerData::random(cfg, fresh_seed());
   const std::pair<const char*, const char*> knobs[] = {
-      {"MXMOE_FUSED_COMBINE_TOKENS", "9"}, {"MXMOE_GEMV_STREAM", "yes"}, {"MXMOE_MMA_SWAP_AB", "2"}};
+      {"MXMOE_FUSED_COMBINE_TOKENS", "9"}, {"MXMOE_LOCAL_ROUTE_TOKENS", "5"}, {"MXMOE_GEMV_STREAM", "yes"},
+      {"MXMOE_MMA_SWAP_AB", "2"}};
   for (const auto& [name, value] : knobs) {
     SCOPED_TRACE(name);
     const ScopedEnv knob(name, value);

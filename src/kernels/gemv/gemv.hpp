@@ -21,8 +21,8 @@ struct GemvArgs : kernels::GroupedWeights, kernels::GroupedRouting {
   bool wide_scales = false;          // some scale byte is > 128 or 0xFF: the general multiplier path
   int batch_rows = 8;                // rows of an expert per weight pass: 8, or kWideBatchRows (2 stages, no split-K)
   int tokens = 0;                     // T (the launchers set it)
-  // Local routing (T <= kLocalRouteTokens, both GEMMs, no route kernel): the router logits [T, E]
-  // fp32 and the routing order; the launchers set local_route.
+  // Local routing (T <= kMaxLocalRouteTokens, both GEMMs, no route kernel): the router logits [T, E]
+  // fp32 (null: the route kernel's results) and the routing order; the launchers set local_route.
   const float* logits = nullptr;  // (the experts: GroupedWeights::experts)
   bool softmax_first = false, renormalize = false;
   bool local_route = false;
@@ -36,9 +36,11 @@ struct GemvArgs : kernels::GroupedWeights, kernels::GroupedRouting {
   int32_t* pair_row_out = nullptr;    // GEMM2 routed locally without the combine: writes pair -> row here
 };
 
-// Up to this T both GEMMs route the tokens themselves (every block repeats the top-k of T tokens) and
-// no route kernel runs: measured on an H200 (docs/perf-log.md).
-inline constexpr int64_t kLocalRouteTokens = 2;
+// Up to this T both GEMMs can route the tokens themselves (every block repeats the top-k of T tokens)
+// and no route kernel runs; the runner does so up to kDefaultLocalRouteTokens (MXMOE_LOCAL_ROUTE_TOKENS
+// tunes it), measured on an H200 (docs/perf-log.md). The launchers route locally when args.logits is set.
+inline constexpr int64_t kMaxLocalRouteTokens = 4;
+inline constexpr int kDefaultLocalRouteTokens = 2;
 // GEMM2 can also do the combine (its last block per column group) up to this T, and then no combine
 // kernel runs. The runner's default is kDefaultFusedCombineTokens (MXMOE_FUSED_COMBINE_TOKENS tunes it).
 inline constexpr int64_t kFusedCombineTokens = 8;

@@ -1,5 +1,5 @@
 #pragma once
-// The streamed decode kernel of the GEMV family (T <= kLocalRouteTokens): the whole layer in one
+// The streamed decode kernel of the GEMV family (T <= kStreamMaxTokens): the whole layer in one
 // launch. Every block routes the tokens itself, then walks a fixed list of work items: first every
 // GEMM1 item (slot, group of 16-row tiles), then every GEMM2 item, item i on block i % blocks. A
 // GEMM2 item waits for its slot's GEMM1 items on a counter (not for a whole grid), its weights already
@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "kernels/gemv/gemv.hpp"
+#include "mxmoe/config.hpp"
 
 namespace mxmoe::gemv {
 
@@ -25,8 +26,9 @@ struct StreamArgs {
   int phases = 3;                                // 1: GEMM1 items only, 2: and GEMM2's, 3: and the combine
 };
 
-// Expert slots the kernel handles at most: T * k for T <= kLocalRouteTokens.
-inline constexpr int kMaxStreamSlots = 16;
+// The largest T the kernel serves, and the expert slots it handles at most (T * k).
+inline constexpr int64_t kStreamMaxTokens = 2;
+inline constexpr int kMaxStreamSlots = static_cast<int>(kStreamMaxTokens) * kMaxTopk;
 inline int stream_counter_count(int hidden) { return kMaxStreamSlots + combine_counters_needed(hidden); }
 
 struct StreamPlan {

@@ -23,7 +23,7 @@ namespace {
 constexpr int kWarps = warps_for(1);
 constexpr int kThreads = kWarps * 32;
 constexpr int kBlocksPerSm = min_blocks_for(1);
-static_assert(kMaxStreamSlots == kLocalPairs, "a block's own routing must hold every slot the kernel serves");
+static_assert(kMaxStreamSlots <= kLocalPairs, "a block's own routing must hold every slot the kernel serves");
 
 // Count of `count` readable across the grid: an acquire load (the writer fences, then adds).
 __device__ __forceinline__ int acquire_count(const int32_t* count) {
@@ -262,7 +262,7 @@ void configure_stream(size_t smem_per_block_optin) {
 
 void launch_stream(const StreamArgs& args, int tokens, const StreamPlan& plan, cudaStream_t stream) {
   if (tokens == 0) return;
-  MXMOE_REQUIRE(tokens <= kLocalRouteTokens, "gemv stream: T = ", tokens, " is above ", kLocalRouteTokens);
+  MXMOE_REQUIRE(tokens <= kStreamMaxTokens, "gemv stream: T = ", tokens, " is above ", kStreamMaxTokens);
   MXMOE_REQUIRE(plan.blocks > 0, "gemv stream: no resident grid for this shape");
   MXMOE_REQUIRE(args.g1.stages == args.g2.stages, "gemv stream: both GEMMs need the same ring depth");
   const Kernel kernel = kernel_for(args.g1.wide_scales, args.g2.wide_scales, args.g1.stages);
