@@ -158,22 +158,27 @@ __global__ void __launch_bounds__(32 * warps_for(kNb), min_blocks_for(kNb))
 }
 
 // Split K over more warps when the grid would otherwise leave SMs idle or unevenly loaded: at decode
-// sizes the busiest SM's bytes, not total bandwidth, set the time. Cost of a split = blocks on the
-// busiest SM x (weight bytes per block + a fixed per-block cost for staging and the reduction).
-// Once the blocks at ksplit 1 fill every SM's resident slots (3 blocks each), splitting only adds
-// reduction work: measured on an H200 (docs/perf-log.md), ksplit 1 then wins. (8-row batches only.)
+// sizes the busiest SM's bytes, not total bandwidth, set the time. The smallest split whose blocks
+// fill the resident slots (3 per SM, within 10%) wins: longer K ranges per warp keep its ring full,
+// and more splits only add reduction work (measured on an H200, docs/perf-log.md: gpt-oss-120b T = 3
+// took 64.0 us with GEMM2 split 4 ways, 61.1 with 1). Below that, a cost model: blocks on the busiest
+// SM x (weight bytes per block + a fixed per-block cost for staging and the reduction). (8-row
+// batches only.)
 int choose_ksplit(int tiles, int chunks, int max_active, int sm_count) {
   constexpr int kWarps = warps_for(1);
   constexpr int64_t kBlockOverheadBytes = 8192;
   constexpr int kResidentBlocksPerSm = min_blocks_for(1);
-  if (static_cast<int64_t>((tiles + kWarps - 1) / kWarps) * max_active >= int64_t{kResidentBlocksPerSm} * sm_count) return 1;
+  const auto blocks_at = [&](int ksplit) {
+    const int tiles_per_block = kWarps / ksplit;
+    return static_cast<int64_t>((tiles + tiles_per_block - 1) / tiles_per_block) * max_active;
+  };
+  for (int ksplit = 1; ksplit <= kWarps; ksplit *= 2)
+    if (blocks_at(ksplit) * 10 >= int64_t{kResidentBlocksPerSm} * sm_count * 9) return ksplit;
   int best = 1;
   int64_t best_cost = INT64_MAX;
   for (int ksplit = 1; ksplit <= kWarps; ksplit *= 2) {
-    const int tiles_per_block = kWarps / ksplit;
-    const int64_t blocks = static_cast<int64_t>((tiles + tiles_per_block - 1) / tiles_per_block) * max_active;
-    const int64_t per_sm = (blocks + sm_count - 1) / sm_count;
-    const int64_t cost = per_sm * (static_cast<int64_t>(tiles_per_block) * chunks * kChunkWeightBytes + kBlockOverheadBytes);
+    const int64_t per_sm = (blocks_at(ksplit) + sm_count - 1) / sm_count;
+    const int64_t cost = per_sm * (static_cast<int64_t>(kWarps / ksplit) * chunks * kChunkWeightBytes + kBlockOverheadBytes);
     if (cost < best_cost) {
       best = ksplit;
       best_cost = cost;
