@@ -26,17 +26,22 @@ struct RouteArgs {
   RoutingBuffers out;
 };
 
+// Token t's pair of this lane (lanes below k), into the routing buffers and the shared histogram.
+__device__ void store_pair(const RouteArgs& a, int t, int lane, int id, float weight, int* counts) {
+  if (lane < a.top_k) {
+    const int p = t * a.top_k + lane;
+    a.out.expert_ids[p] = id;
+    a.out.pair_weights[p] = weight;
+    atomicAdd(&counts[id], 1);
+  }
+}
+
 __device__ void route_token(const RouteArgs& a, int t, int lane, int* counts) {
   int my_id;
   float my_weight;
   warp_route_token(a.logits + static_cast<int64_t>(t) * a.experts, a.experts, a.top_k, a.softmax_first, a.renormalize,
                    lane, my_id, my_weight);
-  if (lane < a.top_k) {
-    const int p = t * a.top_k + lane;
-    a.out.expert_ids[p] = my_id;
-    a.out.pair_weights[p] = my_weight;
-    atomicAdd(&counts[my_id], 1);
-  }
+  store_pair(a, t, lane, my_id, my_weight, counts);
 }
 
 // 2. Scan of the histogram and the list of active experts (warp 0; 8 experts per lane); `publish`: also
@@ -120,20 +125,39 @@ __device__ void rank_pairs(const RouteArgs& a, const int* offsets, int* running,
   }
 }
 
-// Small T: everything in one block (block size scales with T: a decode step needs a few warps).
+// Small T: everything in one block (block size scales with T: a decode step needs a few warps, at
+// least kMinSingleBlockThreads).
+constexpr int kMinSingleBlockThreads = 128;
+constexpr int kTokensPerWarp = static_cast<int>((kSingleBlockTokens * 32 + kMinSingleBlockThreads - 1) / kMinSingleBlockThreads);
 __global__ void __launch_bounds__(kMaxThreads) route_permute_kernel(RouteArgs a) {
   __shared__ int counts[kMaxExperts];
   __shared__ int offsets[kMaxExperts + 1];
   __shared__ int running[kMaxExperts];
   __shared__ int warp_counts[kMaxWarps][kMaxExperts];
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  // Programmatic dependent launch (docs/gpu-pipeline.md): wait for the predecessor, then let the
-  // next kernel launch; it may read our inputs (the logits) at once, our outputs only after its wait.
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = blockDim.x / 32;
+  // The top-k reads only the logits, which are complete when the forward is enqueued
+  // (docs/gpu-pipeline.md): it runs before the wait, under the predecessor's tail. Its results are
+  // written after the wait, since the previous forward may still read the routing buffers.
+  int ids[kTokensPerWarp];
+  float weights[kTokensPerWarp];
+#pragma unroll
+  for (int j = 0; j < kTokensPerWarp; ++j) {
+    const int t = warp + j * warps;
+    if (t < a.tokens)
+      warp_route_token(a.logits + static_cast<int64_t>(t) * a.experts, a.experts, a.top_k, a.softmax_first,
+                       a.renormalize, lane, ids[j], weights[j]);
+  }
+  // Programmatic dependent launch: wait for the predecessor, then let the next kernel launch; it may
+  // read our inputs (the logits) at once, our outputs only after its wait.
   cudaGridDependencySynchronize();
   cudaTriggerProgrammaticLaunchCompletion();
   for (int e = tid; e < kMaxExperts; e += blockDim.x) counts[e] = running[e] = 0;
   __syncthreads();
-  for (int t = warp; t < a.tokens; t += blockDim.x / 32) route_token(a, t, lane, counts);
+#pragma unroll
+  for (int j = 0; j < kTokensPerWarp; ++j) {
+    const int t = warp + j * warps;
+    if (t < a.tokens) store_pair(a, t, lane, ids[j], weights[j], counts);
+  }
   __syncthreads();
   scan_experts(a, counts, offsets, true);
   __syncthreads();
@@ -201,7 +225,8 @@ void route_and_permute(const MoeConfig& config, const float* logits, int64_t tok
               config.renormalize,
               buffers};
   if (tokens <= kSingleBlockTokens) {
-    const auto threads = static_cast<unsigned>(std::clamp<int64_t>((tokens * config.top_k + 31) / 32 * 32, 128, kMaxThreads));
+    const auto threads = static_cast<unsigned>(
+        std::clamp<int64_t>((tokens * config.top_k + 31) / 32 * 32, kMinSingleBlockThreads, kMaxThreads));
     kernels::launch_with_pdl(route_permute_kernel, dim3(1), dim3(threads), 0, stream, a);
     return;
   }
