@@ -195,9 +195,6 @@ TEST(GpuLayerPaths, SmallBatchSequencesGiveTheGeneralPathsBits) {
     SCOPED_TRACE(describe(c, seed));
     const LayerInputs in = make_inputs(c, seed);
     const MoeConfig& cfg = in.cfg;
-    const MoeLayerData& layer = in.layer;
-    const std::vector<uint16_t>& hidden = in.hidden;
-    const std::vector<float>& logits = in.logits;
     for (const char* ksplit : {"1", "4"})
     for (const char* fused : {"0", "8"})
     for (const char* local : {"0", "4"}) {
@@ -206,17 +203,17 @@ TEST(GpuLayerPaths, SmallBatchSequencesGiveTheGeneralPathsBits) {
       const MoeRunner runner = [&] {
         const ScopedEnv split("MXMOE_GEMV_KSPLIT", ksplit), combine("MXMOE_FUSED_COMBINE_TOKENS", fused),
             route("MXMOE_LOCAL_ROUTE_TOKENS", local);
-        return MoeRunner(cfg, layer.view(), gemv_options(general));
+        return MoeRunner(cfg, in.layer.view(), gemv_options(general));
       }();
       EXPECT_EQ(runner.describe_plan(8).find("combine in gemm2") != std::string::npos, std::string(fused) == "8")
           << runner.describe_plan(8);
       EXPECT_EQ(runner.describe_plan(4).find("routed in both gemms") != std::string::npos, std::string(local) == "4")
           << runner.describe_plan(4);
-      const auto full = run_on_gpu(runner, hidden, logits, general);
+      const auto full = run_on_gpu(runner, in.hidden, in.logits, general);
       for (const int64_t t : {1, 2, 3, 4, 5, 8}) {
         SCOPED_TRACE("T = " + std::to_string(t));
-        const std::vector<uint16_t> h(hidden.begin(), hidden.begin() + t * cfg.hidden);
-        const std::vector<float> l(logits.begin(), logits.begin() + t * cfg.num_experts);
+        const std::vector<uint16_t> h(in.hidden.begin(), in.hidden.begin() + t * cfg.hidden);
+        const std::vector<float> l(in.logits.begin(), in.logits.begin() + t * cfg.num_experts);
         const auto out = run_on_gpu(runner, h, l, t);
         ASSERT_EQ(out, std::vector<uint16_t>(full.begin(), full.begin() + t * cfg.hidden))
             << "differs from the first rows of T = " << general;

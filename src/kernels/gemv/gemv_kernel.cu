@@ -49,8 +49,8 @@ __global__ void __launch_bounds__(32 * warps_for(kNb), min_blocks_for(kNb))
   // after its own cudaGridDependencySynchronize, so when GEMM2 starts, GEMM1 is running and the
   // routing that GEMM1 waited for is complete: GEMM2 may read the routing and request its first
   // weight stages before waiting for GEMM1's output. GEMM1 starts while the route kernel runs and
-  // waits for it before reading its results. With the logits (T <= kMaxLocalRouteTokens) there is no route kernel:
-  // every block of both GEMMs routes the tokens itself, before it waits for anything.
+  // waits for it before reading its results. Given the logits (T <= kMaxLocalRouteTokens), there is no
+  // route kernel: every block of both GEMMs routes the tokens itself, before it waits for anything.
   __shared__ LocalRouting local_route;
   __shared__ bool last_of_group;
   const bool local = a.local_route;
@@ -281,20 +281,23 @@ void configure(size_t smem_per_block_optin) {
   });
 }
 
-void launch_gemm1(const GemvArgs& args, int64_t tokens, int max_active, cudaStream_t stream) {
+namespace {
+// The launch's own copy of the arguments: T, and local routing when the logits are given.
+GemvArgs for_tokens(const GemvArgs& args, int64_t tokens) {
   GemvArgs a = args;
   a.tokens = static_cast<int>(tokens);
   a.local_route = a.logits != nullptr;
   MXMOE_REQUIRE(!a.local_route || tokens <= kMaxLocalRouteTokens, "gemv: local routing of T = ", tokens,
                 " tokens; at most ", kMaxLocalRouteTokens);
-  launch<true>(a, tokens, max_active, stream);
+  return a;
+}
+}  // namespace
+
+void launch_gemm1(const GemvArgs& args, int64_t tokens, int max_active, cudaStream_t stream) {
+  launch<true>(for_tokens(args, tokens), tokens, max_active, stream);
 }
 void launch_gemm2(const GemvArgs& args, int64_t tokens, int max_active, cudaStream_t stream) {
-  GemvArgs a = args;
-  a.tokens = static_cast<int>(tokens);
-  a.local_route = a.logits != nullptr;
-  MXMOE_REQUIRE(!a.local_route || tokens <= kMaxLocalRouteTokens, "gemv: local routing of T = ", tokens,
-                " tokens; at most ", kMaxLocalRouteTokens);
+  const GemvArgs a = for_tokens(args, tokens);
   MXMOE_REQUIRE(a.combine_out == nullptr || (tokens <= kFusedCombineTokens && a.combine_counters != nullptr &&
                                              (a.local_route || a.pair_row != nullptr)),
                 "gemv: the combine in GEMM2 needs T <= ", kFusedCombineTokens, ", its counters and the pair rows");
