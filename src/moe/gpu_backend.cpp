@@ -284,7 +284,8 @@ class GpuBackend final : public BackendImpl {
       forward_stream(hidden, router_logits, tokens, out, ws, stream, stages);
       return;
     }
-    // Small T: both GEMMs route the tokens themselves (no route kernel), and GEMM2 does the combine.
+    // Small T (up to the knobs' limits): both GEMMs route the tokens themselves (no route kernel), and
+    // GEMM2 does the combine.
     const bool local_route = tokens <= local_route_tokens_;
     const bool fused_combine = tokens <= fused_combine_tokens_;
     if (!local_route) routing::route_and_permute(config_, router_logits, tokens, ws.routing, stream);

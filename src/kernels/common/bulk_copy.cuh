@@ -18,9 +18,8 @@ __device__ __forceinline__ void fence_barrier_init() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
 
-// One arrival that also announces `bytes` of transactions the barrier must see complete.
-// Each operation takes the barrier (and the copy its destination) as a shared-window address: a
-// loop that keeps them in 32-bit registers does not recompute them from generic pointers each trip.
+// Each operation below also takes the barrier (and the copy its destination) as a shared-window
+// address: a loop that keeps them in 32-bit registers does not recompute them from generic pointers.
 
 // One arrival that also announces `bytes` of transactions the barrier must see complete.
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
