@@ -74,11 +74,11 @@ DeviceBuffer upload_slices(std::span<const uint8_t> blocks, std::span<const uint
                       [&](const uint8_t* b, const uint8_t* s, uint8_t* out) { gemv::pack_expert_slices(b, s, shape, out); });
 }
 
-// An integer tuning knob from the environment: 0 when unset or empty, else one of `allowed`
+// An integer tuning knob from the environment: `unset` when unset or empty, else one of `allowed`
 // (anything else is an Error naming the variable and the allowed values).
-int env_choice(const char* name, std::initializer_list<int> allowed) {
+int env_choice(const char* name, std::initializer_list<int> allowed, int unset = 0) {
   const char* env = std::getenv(name);
-  if (env == nullptr || *env == '\0') return 0;
+  if (env == nullptr || *env == '\0') return unset;
   std::string valid;
   for (const int v : allowed) {
     if (std::to_string(v) == env) return v;
@@ -153,20 +153,16 @@ class GpuBackend final : public BackendImpl {
                   " ring stages and room for 16 staged rows of K = ", std::max(h, i),
                   " in this device's shared memory (", smem_optin, " bytes per block)");
     // Tuning knob: the largest T whose combine GEMM2 does (0: always the combine kernel).
-    fused_combine_tokens_ = gemv::kDefaultFusedCombineTokens;
-    if (const char* env = std::getenv("MXMOE_FUSED_COMBINE_TOKENS"); env != nullptr && *env != '\0')
-      fused_combine_tokens_ = env_choice("MXMOE_FUSED_COMBINE_TOKENS", {0, 1, 2, 3, 4, 5, 6, 7, 8});
+    fused_combine_tokens_ =
+        env_choice("MXMOE_FUSED_COMBINE_TOKENS", {0, 1, 2, 3, 4, 5, 6, 7, 8}, gemv::kDefaultFusedCombineTokens);
     // Tuning knob: the largest T whose GEMMs route the tokens themselves (0: always the route kernel).
-    if (const char* env = std::getenv("MXMOE_LOCAL_ROUTE_TOKENS"); env != nullptr && *env != '\0')
-      local_route_tokens_ = env_choice("MXMOE_LOCAL_ROUTE_TOKENS", {0, 1, 2, 3, 4});
+    local_route_tokens_ = env_choice("MXMOE_LOCAL_ROUTE_TOKENS", {0, 1, 2, 3, 4}, gemv::kDefaultLocalRouteTokens);
     gemv::configure(static_cast<size_t>(smem_optin));
     // The streamed decode kernel (kernels/gemv/stream.hpp) for T <= kStreamMaxTokens when
     // MXMOE_GEMV_STREAM=1 (kDefaultStream otherwise). Its plan per T is fixed here: the grid must be
     // resident at once, which the occupancy of this shape decides.
-    stream_on_ = kDefaultStream;
-    if (const char* env = std::getenv("MXMOE_GEMV_STREAM"); env != nullptr && *env != '\0')
-      stream_on_ = env_choice("MXMOE_GEMV_STREAM", {0, 1}) == 1;
-    stream_on_ = stream_on_ && gemv::stream_stages_built(stages);
+    stream_on_ =
+        env_choice("MXMOE_GEMV_STREAM", {0, 1}, kDefaultStream ? 1 : 0) == 1 && gemv::stream_stages_built(stages);
     if (stream_on_) {
       gemv::configure_stream(static_cast<size_t>(smem_optin));
       for (int t = 1; t <= gemv::kStreamMaxTokens; ++t) {
@@ -209,8 +205,7 @@ class GpuBackend final : public BackendImpl {
                   " bytes of shared memory per block (or MXMOE_MMA_SWAP_AB=1)");
     // Tuning knob: the wgmma tiles (1: forced, with MXMOE_MMA_MTILES 2, 4 or 8, else the 128-row tile; 0:
     // never; unset: the planner's choice).
-    if (const char* env = std::getenv("MXMOE_MMA_WGMMA"); env != nullptr && *env != '\0')
-      wgmma_knob_ = env_choice("MXMOE_MMA_WGMMA", {0, 1});
+    wgmma_knob_ = env_choice("MXMOE_MMA_WGMMA", {0, 1}, -1);
     MXMOE_REQUIRE(wgmma_knob_ != 1 || wgmma_ok_, "MXMOE_MMA_WGMMA: the wgmma tiles need a compute capability 9.0 GPU ",
                   "and a build with sm_90a in its full profile");
     MXMOE_REQUIRE(wgmma_knob_ != 1 || mtiles_override_ == 0 || sm90::wgmma_rows_supported(mma::block_m(mtiles_override_)),

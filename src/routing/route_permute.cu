@@ -36,11 +36,16 @@ __device__ void store_pair(const RouteArgs& a, int t, int lane, int id, float we
   }
 }
 
+// Token t's top-k and weights (warp_route_token): lane s < k holds slot s.
+__device__ void top_k_of(const RouteArgs& a, int t, int lane, int& id, float& weight) {
+  warp_route_token(a.logits + static_cast<int64_t>(t) * a.experts, a.experts, a.top_k, a.softmax_first, a.renormalize,
+                   lane, id, weight);
+}
+
 __device__ void route_token(const RouteArgs& a, int t, int lane, int* counts) {
   int my_id;
   float my_weight;
-  warp_route_token(a.logits + static_cast<int64_t>(t) * a.experts, a.experts, a.top_k, a.softmax_first, a.renormalize,
-                   lane, my_id, my_weight);
+  top_k_of(a, t, lane, my_id, my_weight);
   store_pair(a, t, lane, my_id, my_weight, counts);
 }
 
@@ -143,9 +148,7 @@ __global__ void __launch_bounds__(kMaxThreads) route_permute_kernel(RouteArgs a)
 #pragma unroll
   for (int j = 0; j < kTokensPerWarp; ++j) {
     const int t = warp + j * warps;
-    if (t < a.tokens)
-      warp_route_token(a.logits + static_cast<int64_t>(t) * a.experts, a.experts, a.top_k, a.softmax_first,
-                       a.renormalize, lane, ids[j], weights[j]);
+    if (t < a.tokens) top_k_of(a, t, lane, ids[j], weights[j]);
   }
   // Programmatic dependent launch: wait for the predecessor, then let the next kernel launch; it may
   // read our inputs (the logits) at once, our outputs only after its wait.

@@ -90,12 +90,15 @@ __global__ void __launch_bounds__(32 * warps_for(kNb), min_blocks_for(kNb))
   const float2 bias = has_tile && split == 0 && active
                           ? (kGemm1 ? gemm1_bias(a, tile, expert) : gemm2_bias(a, tile, expert))
                           : make_float2(0.f, 0.f);
+  // Batch rows [batch, batch + kBatchRows) of the expert into shared memory.
+  const auto stage_batch = [&](int batch) {
+    stage_rows<kGemm1, kThreads, kNb == 1 ? 2 : 4>(a, row0 + batch, min(kBatchRows, rows - batch),
+                                                    local ? local_route.row_pair + row0 + batch : nullptr, smem);
+  };
   // Routed locally, GEMM1 stages its first batch's token rows before the wait too: the hidden states
   // are complete when the forward is enqueued (docs/gpu-pipeline.md), like the logits.
   const bool staged_early = kGemm1 && local && has_batch;
-  if (staged_early)
-    stage_rows<kGemm1, kThreads, kNb == 1 ? 2 : 4>(a, row0 + first_batch, min(kBatchRows, rows - first_batch),
-                                                    local_route.row_pair + row0 + first_batch, smem);
+  if (staged_early) stage_batch(first_batch);
   if (!kGemm1 || local) cudaGridDependencySynchronize();
   cudaTriggerProgrammaticLaunchCompletion();
   // The previous forward's GEMM2 is complete (the wait above), and this forward's GEMM2 reads the
@@ -118,9 +121,7 @@ __global__ void __launch_bounds__(32 * warps_for(kNb), min_blocks_for(kNb))
     const int batch_rows = min(kBatchRows, rows - batch);
     // Later batches re-stream the tile: request their first stages before staging the rows.
     if (lane == 0 && batch != first_batch) ring.issue_first(groups);
-    if (!staged_early || batch != first_batch)
-      stage_rows<kGemm1, kThreads, kNb == 1 ? 2 : 4>(a, row0 + batch, batch_rows,
-                                                      local ? local_route.row_pair + row0 + batch : nullptr, smem);
+    if (!staged_early || batch != first_batch) stage_batch(batch);
     __syncthreads();
     float chains[2][kNb][4] = {};
     consume_ring<kWideScales>(ring, groups, b_rows, chains);
