@@ -24,20 +24,27 @@ __device__ __forceinline__ unsigned order_key(float v) {
   return b & 0x80000000u ? ~b : b | 0x80000000u;
 }
 
-// row: the token's E logits. On return, on every lane: sel_id[s] and sel_val[s] (raw logit) for
-// s < top_k, and raw[j] = logit of expert lane + 32 j (-inf past E). Each pick is two warp
-// reductions (redux.sync): the largest key, then the lowest expert id holding it. Expert
-// lane + 32 j is (j << 5) | lane, so the minimum over those ids is the lower-id tie-break. The chain
-// per pick is a few instructions long, which matters where the routing runs inside a busy GEMM block.
-__device__ __forceinline__ void warp_topk(const float* row, int experts, int top_k, int lane, float (&raw)[kMaxPerLane],
-                                          float (&sel_val)[kMaxTopk], int (&sel_id)[kMaxTopk]) {
-  unsigned key[kMaxPerLane];
+// The lane's logits of one token (row: its E logits): raw[j] = logit of expert lane + 32 j, -inf
+// past E. Separate from the selection so that a warp routing several tokens can request the next
+// token's logits before it selects this one's.
+__device__ __forceinline__ void load_logits(const float* row, int experts, int lane, float (&raw)[kMaxPerLane]) {
 #pragma unroll
   for (int j = 0; j < kMaxPerLane; ++j) {
     const int e = lane + 32 * j;
     raw[j] = e < experts ? row[e] : -INFINITY;
-    key[j] = e < experts ? order_key(raw[j]) : 0u;
   }
+}
+
+// raw: the token's logits as load_logits leaves them. On return, on every lane: sel_id[s] and
+// sel_val[s] (raw logit) for s < top_k. Each pick is two warp reductions (redux.sync): the largest
+// key, then the lowest expert id holding it. Expert lane + 32 j is (j << 5) | lane, so the minimum
+// over those ids is the lower-id tie-break. The chain per pick is a few instructions long, which
+// matters where the routing runs inside a busy GEMM block.
+__device__ __forceinline__ void warp_topk(const float (&raw)[kMaxPerLane], int experts, int top_k, int lane,
+                                          float (&sel_val)[kMaxTopk], int (&sel_id)[kMaxTopk]) {
+  unsigned key[kMaxPerLane];
+#pragma unroll
+  for (int j = 0; j < kMaxPerLane; ++j) key[j] = lane + 32 * j < experts ? order_key(raw[j]) : 0u;
 #pragma unroll
   for (int s = 0; s < kMaxTopk; ++s) {
     if (s >= top_k) break;
@@ -62,16 +69,17 @@ __device__ __forceinline__ void warp_topk(const float* row, int experts, int top
   }
 }
 
-// The routing of one token by one warp: its top_k experts (slot order: descending logit) and their
-// weights, top-k then softmax or softmax over all E then top-k (optionally renormalised). On return,
-// lane s < top_k holds slot s: my_id and my_weight. The route kernel and the fused decode kernel
-// both call this, so they agree bit for bit.
-__device__ __forceinline__ void warp_route_token(const float* row, int experts, int top_k, bool softmax_first,
-                                                 bool renormalize, int lane, int& my_id, float& my_weight) {
-  float raw[kMaxPerLane];
+// The routing of one token by one warp, from its logits as load_logits leaves them: its top_k experts
+// (slot order: descending logit) and their weights, top-k then softmax or softmax over all E then
+// top-k (optionally renormalised). On return, lane s < top_k holds slot s: my_id and my_weight. The
+// route kernel, the GEMV blocks' own routing and the fused decode kernel all call this, so they agree
+// bit for bit.
+__device__ __forceinline__ void warp_route_logits(const float (&raw)[kMaxPerLane], int experts, int top_k,
+                                                  bool softmax_first, bool renormalize, int lane, int& my_id,
+                                                  float& my_weight) {
   float sel_val[kMaxTopk];
   int sel_id[kMaxTopk];
-  warp_topk(row, experts, top_k, lane, raw, sel_val, sel_id);
+  warp_topk(raw, experts, top_k, lane, sel_val, sel_id);
   const float top = sel_val[0];
   float denom = 0.f;
   if (softmax_first) {
@@ -102,6 +110,14 @@ __device__ __forceinline__ void warp_route_token(const float* row, int experts, 
       my_id = sel_id[s];
     }
   my_weight = __expf(my_val - top) / denom;
+}
+
+// warp_route_logits of row (the token's E logits).
+__device__ __forceinline__ void warp_route_token(const float* row, int experts, int top_k, bool softmax_first,
+                                                 bool renormalize, int lane, int& my_id, float& my_weight) {
+  float raw[kMaxPerLane];
+  load_logits(row, experts, lane, raw);
+  warp_route_logits(raw, experts, top_k, softmax_first, renormalize, lane, my_id, my_weight);
 }
 
 }  // namespace mxmoe::routing

@@ -262,11 +262,17 @@ __device__ inline void local_routing(const GemvArgs& a, LocalRouting& r) {
     // Lane p takes pair p = t * k + s: slot s of token t's routing.
     int e = INT_MAX;
     float weight = 0.f;
+    // The next token's logits are requested before this token's selection: about one load latency
+    // for the whole routing, not one per token (and one copy of the selection code, not T).
+    float raw[routing::kMaxPerLane], next[routing::kMaxPerLane];
+    routing::load_logits(a.logits, a.experts, lane, raw);
+#pragma unroll 1
     for (int t = 0; t < a.tokens; ++t) {
+      if (t + 1 < a.tokens)
+        routing::load_logits(a.logits + static_cast<int64_t>(t + 1) * a.experts, a.experts, lane, next);
       int my_id;
       float my_weight;
-      routing::warp_route_token(a.logits + static_cast<int64_t>(t) * a.experts, a.experts, a.top_k, a.softmax_first,
-                                a.renormalize, lane, my_id, my_weight);
+      routing::warp_route_logits(raw, a.experts, a.top_k, a.softmax_first, a.renormalize, lane, my_id, my_weight);
       const int s = lane - t * a.top_k;
       const int id_s = __shfl_sync(0xffffffffu, my_id, s & 31);
       const float weight_s = __shfl_sync(0xffffffffu, my_weight, s & 31);
@@ -274,6 +280,8 @@ __device__ inline void local_routing(const GemvArgs& a, LocalRouting& r) {
         e = id_s;
         weight = weight_s;
       }
+#pragma unroll
+      for (int j = 0; j < routing::kMaxPerLane; ++j) raw[j] = next[j];
     }
     // Pairs with a lower expert (below), and earlier pairs of the same expert (rank_same).
     unsigned below = 0;
