@@ -280,8 +280,9 @@ __device__ inline void local_routing(const GemvArgs& a, LocalRouting& r) {
         e = id_s;
         weight = weight_s;
       }
+      if (t + 1 < a.tokens)
 #pragma unroll
-      for (int j = 0; j < routing::kMaxPerLane; ++j) raw[j] = next[j];
+        for (int j = 0; j < routing::kMaxPerLane; ++j) raw[j] = next[j];
     }
     // Pairs with a lower expert (below), and earlier pairs of the same expert (rank_same).
     unsigned below = 0;
