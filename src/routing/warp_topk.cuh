@@ -2,8 +2,8 @@
 // Top-k selection of one token's router logits by one warp: larger logit first, ties to the lower
 // expert id; a NaN logit is selected as if it were -inf (so it loses to every finite logit, and a
 // tie with a real -inf goes to the lower id), but its raw value is kept: a softmax over it (the
-// selected k, or all E in softmax-first order) turns NaN. Shared by the route kernel and GEMM1's local routing (the two must
-// agree bit for bit on the selection).
+// selected k, or all E in softmax-first order) turns NaN. Shared by the route kernel and the GEMV
+// blocks' own routing (they must agree bit for bit on the selection).
 #include <climits>
 #include <cmath>
 

@@ -236,8 +236,8 @@ __device__ __forceinline__ void store_gemm2(const GemvArgs& a, const float (&acc
   });
 }
 
-// The routing of T <= kMaxLocalRouteTokens tokens, computed by a block itself (the same warp_route_token
-// as the route kernel, so the same answer bit for bit) instead of by a route kernel. Rows are sorted
+// The routing of T <= kMaxLocalRouteTokens tokens, computed by a block itself (the route kernel's
+// selection, warp_route_logits, so the same answer bit for bit) instead of by a route kernel. Rows are sorted
 // by (expert, token, slot) as the permutation sorts them; slot s is the s-th expert with a pair.
 inline constexpr int kLocalPairs = kMaxLocalRouteTokens * routing::kMaxTopk;
 static_assert(kLocalPairs <= 32, "local_routing ranks the pairs one per lane of a warp");
