@@ -193,12 +193,12 @@ class GpuBackend final : public BackendImpl {
     mtiles_override_ = env_choice("MXMOE_MMA_MTILES", {1, 2, 4, mma::kWideMTiles});
     MXMOE_REQUIRE(mtiles_override_ == 0 || mma::m_tiles_supported(mtiles_override_), "MXMOE_MMA_MTILES: ",
                   mtiles_override_, " is not built in this (minimal) profile");
-    // Tuning knob: the swap-AB form of the tensor-core tile (with MXMOE_MMA_MTILES 2, 4 or 8, or the rule's).
+    // Tuning knob: the swap-AB form of the tensor-core tile (with MXMOE_MMA_MTILES 1, 2, 4 or 8, or the rule's).
     swap_override_ = env_choice("MXMOE_MMA_SWAP_AB", {0, 1}) == 1;
     MXMOE_REQUIRE(!swap_override_ || mma::swap_supported(4), "MXMOE_MMA_SWAP_AB: the swap-AB tiles are not built ",
                   "in this (minimal) profile");
     MXMOE_REQUIRE(!swap_override_ || mtiles_override_ == 0 || mma::swap_supported(mtiles_override_),
-                  "MXMOE_MMA_SWAP_AB: the swap-AB tiles have MXMOE_MMA_MTILES 2, 4 or 8, got ", mtiles_override_);
+                  "MXMOE_MMA_SWAP_AB: the swap-AB tiles have MXMOE_MMA_MTILES 1, 2, 4 or 8, got ", mtiles_override_);
     MXMOE_REQUIRE(mtiles_override_ != mma::kWideMTiles || wide_tile_ok_ || swap_override_,
                   "MXMOE_MMA_MTILES: the 128-row tile needs ",
                   "a Hopper GPU (compute capability 9.x) with ", mma::wide_smem_bytes(),
@@ -389,12 +389,13 @@ class GpuBackend final : public BackendImpl {
     return rows_per_expert(tokens) >= kWideBatchMinRows ? gemv::kWideBatchRows : 8;
   }
 
-  // The tensor-core family when forced, or (Auto) from kMmaMinRows rows per expert on: below, the
-  // GEMV family streams each weight once per 8 rows cheaply enough; above, the tensor-core tiles
-  // decode each weight once per 16 to 64 rows. Measured on an H200 (bench --tune, docs/perf-log.md):
-  // at 4 rows per expert the GEMV family (gpt-oss-120b T = 128: 556 us, 16-row tile 592; 20b T = 32:
-  // 157 / 171), at 8 the 16-row tile (120b T = 256: 631 us, 16-row GEMV batch 670; 20b T = 64: 176 / 180).
-  static constexpr double kMmaMinRows = 6.0;
+  // The tensor-core family when forced, or (Auto) from kMmaMinRows rows per expert on: below, the GEMV
+  // family (one block routes and streams a few rows cheaply); from 2 rows the 16-row swap-AB tile, whose
+  // warps run one n8 group of rows when an expert has at most 8. Measured on an H200 (one call,
+  // docs/perf-log.md), us per layer, GEMV against that tile: gpt-oss-120b 1 row per expert (T = 32) 334
+  // / 335, 2 rows (T = 64) 450 / 439, 3 rows 499 / 479; gpt-oss-20b 1 row (T = 8) 93 / 121, 2 rows
+  // (T = 16) 136 / 139, 3 rows 144 / 142 (a tune table places 20b's boundary where it measures it).
+  static constexpr double kMmaMinRows = 2.0;
   bool uses_mma(int64_t tokens) const {
     if (mode_ == Backend::Mma) return true;
     if (mode_ != Backend::Auto || !mma_ok_) return false;
@@ -406,8 +407,8 @@ class GpuBackend final : public BackendImpl {
   // (gpt-oss-120b, us per layer, bench/results/2026-11-22_h200_wgmma_tune_tables.txt): 32 rows per
   // expert (T = 1024): 64-row swap 1185, 64-row wgmma 1109, 128-row 1394; 64 rows (T = 2048): 64-row
   // wgmma 1685, 128-row 1617. The 32-row tile (docs/perf-log.md): 16 rows per expert, gpt-oss-20b
-  // T = 128: 205 against the 32-row swap tile's 232; 12 rows (120b T = 384): 740 against the 16-row
-  // mma.sync tile's 722. The 64-row tile against the 128-row one since its N = 48 path (docs/perf-log.md):
+  // T = 128: 205 against the 32-row swap tile's 232; against the 16-row swap tile (one call): 120b 14 rows
+  // (T = 448) 716 / 719, 16 rows 723 / 823; 20b 14 rows (T = 112) 199 / 206. The 64-row tile against the 128-row one since its N = 48 path (docs/perf-log.md):
   // 120b 48 / 56 / 64 rows 1029 / 1163 / 1452 against 1113 / 1250 / 1307; 20b 48 / 56 rows 269 / 310
   // against 285 / 301 (that model's boundary is near 52; a tune table has it).
   static constexpr double kWgmmaNarrowRows = 14.0;
@@ -423,7 +424,7 @@ class GpuBackend final : public BackendImpl {
       mma::MmaTile tile = mma::tile_for(rows);
       if (mtiles_override_ > 0) tile.m_tiles = mtiles_override_;
       tile.swap_ab = swap_override_;
-      // The swap form of the rule's 16-row tile does not exist: its smallest is 32 rows.
+      // A swap form this build lacks (the minimal profile has none): the 32-row one, as the check above demands.
       if (tile.swap_ab && !mma::swap_supported(tile.m_tiles)) tile.m_tiles = 2;
       return tile;
     }

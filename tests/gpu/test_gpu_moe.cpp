@@ -302,10 +302,12 @@ TEST(GpuLayerSequence, BackToBackForwardsOnOneWorkspace) {
   std::mt19937_64 rng(seed);
   const MoeConfig cfg = mxmoe::test::make_config(32, 4, 512, 384);
   const MoeLayerData layer = MoeLayerData::random(cfg, seed);
-  // Auto switches plans inside the sequence: T = 37 takes the 8-row GEMV batch, T = 64 (8 rows per
-  // expert) the tensor-core family's 16-row tile, T = 192 (24 rows per expert) its 32-row swap-AB tile.
+  // Auto switches plans inside the sequence: T = 9 (about 1 row per expert) takes the 8-row GEMV batch,
+  // T = 37 and 64 (4.6 and 8 rows per expert) the tensor-core family's 16-row swap-AB tile, T = 192 (24
+  // rows per expert) its 32-row swap-AB tile (on Hopper the 64-row wgmma tile).
   const MoeRunner runner(cfg, layer.view(), gemv_options(192, Backend::Auto));
-  ASSERT_NE(runner.describe_plan(64), runner.describe_plan(37));
+  ASSERT_NE(runner.describe_plan(9).find("gemv"), std::string::npos) << runner.describe_plan(9);
+  ASSERT_NE(runner.describe_plan(64).find("mma"), std::string::npos) << runner.describe_plan(64);
   ASSERT_NE(runner.describe_plan(192).find("mma"), std::string::npos) << runner.describe_plan(192);
   if (mma::swap_supported(2)) {  // the swap-AB tile, or on Hopper the wgmma tile
     const std::string plan = runner.describe_plan(192);
@@ -496,11 +498,11 @@ void expect_forced_tile_matches(const char* form_knob, int m_tiles, const std::s
   }
 }
 
-// Every swap-AB tile (MXMOE_MMA_SWAP_AB=1 with MXMOE_MMA_MTILES 2, 4, 8: weights on the MMA's M side,
-// 32, 64 or 128 rows of an expert on N, n8 groups past an expert's rows skipped) against the reference.
+// Every swap-AB tile (MXMOE_MMA_SWAP_AB=1 with MXMOE_MMA_MTILES 1, 2, 4, 8: weights on the MMA's M side,
+// 16, 32, 64 or 128 rows of an expert on N, n8 groups past an expert's rows skipped) against the reference.
 TEST(GpuLayerVariants, EverySwapTileMatchesReference) {
   MXMOE_SKIP_WITHOUT_GPU();
-  for (const int m_tiles : {2, 4, 8})
+  for (const int m_tiles : {1, 2, 4, 8})
     if (mma::swap_supported(m_tiles))
       expect_forced_tile_matches("MXMOE_MMA_SWAP_AB", m_tiles,
                                  "swap-AB " + std::to_string(m_tiles == 8 ? 128 : 256) + "x" +
@@ -551,8 +553,7 @@ TEST(GpuLayerErrors, RefusesWgmmaKnobsThatCannotRun) {
   EXPECT_EQ(runner.describe_plan(256).find("wgmma"), std::string::npos) << runner.describe_plan(256);
 }
 
-// MXMOE_MMA_SWAP_AB=1 alone: the rule's tile in swap-AB form, and at few rows per expert (where the
-// rule names the 16-row tile, which has no swap form) the 32-row swap tile.
+// MXMOE_MMA_SWAP_AB=1 alone: the rule's tile in swap-AB form (at few rows per expert the 16-row one).
 TEST(GpuLayerVariants, SwapKnobAloneTakesTheRulesTileInSwapForm) {
   MXMOE_SKIP_WITHOUT_GPU();
   if (!mma::swap_supported(2)) GTEST_SKIP() << "the minimal profile has no swap-AB tiles";
@@ -628,9 +629,9 @@ TEST(GpuLayerErrors, RejectsUnknownKnobValues) {
     const ScopedEnv knob(name, value);
     expect_error_naming([&] { MoeRunner(cfg, layer.view(), gemv_options(4)); }, name);
   }
-  if (mma::swap_supported(2)) {  // the 16-row tile has no swap-AB form
-    const ScopedEnv tiles("MXMOE_MMA_MTILES", "1"), swap("MXMOE_MMA_SWAP_AB", "1");
-    expect_error_naming([&] { MoeRunner(cfg, layer.view(), gemv_options(4, Backend::Mma)); }, "MXMOE_MMA_SWAP_AB");
+  {  // a tile count the family does not have
+    const ScopedEnv tiles("MXMOE_MMA_MTILES", "3");
+    expect_error_naming([&] { MoeRunner(cfg, layer.view(), gemv_options(4, Backend::Mma)); }, "MXMOE_MMA_MTILES");
   }
 }
 

@@ -169,7 +169,7 @@ void progress(size_t done, size_t total, const std::string& what) {
 
 // --tune: every batch size timed with each kernel family and tile the planner can choose (GEMV with
 // 8- and 16-row batches; the tensor-core family with 16, 32, 64 and 128-row tiles, the swap-AB
-// tiles of 32, 64 and 128 rows and, on Hopper, the wgmma tiles of 32, 64 and 128 rows), the fastest
+// tiles of 16, 32, 64 and 128 rows and, on Hopper, the wgmma tiles of 32, 64 and 128 rows), the fastest
 // kept, and the choices written as the preference table (moe/tune_table.hpp) that the runner reads
 // from MXMOE_TUNE_FILE. Boundaries between choices sit at the geometric mean of the rows per expert
 // of the batch sizes on either side.
@@ -190,6 +190,7 @@ void write_tune_table(const BenchOptions& o, const MoeConfig& cfg, const GpuInfo
                                   {"mma m32", Backend::Mma, 2, 8, false, false},
                                   {"mma m64", Backend::Mma, 4, 8, false, false},
                                   {"mma m128", Backend::Mma, mma::kWideMTiles, 8, false, false},
+                                  {"swap n16", Backend::Mma, 1, 8, true, false},
                                   {"swap n32", Backend::Mma, 2, 8, true, false},
                                   {"swap n64", Backend::Mma, 4, 8, true, false},
                                   {"swap n128", Backend::Mma, 8, 8, true, false},

@@ -185,12 +185,13 @@ MmaTile tile_for(double rows_per_expert) {
   (void)rows_per_expert;
   return {4, false};  // the one tile of the minimal profile
 #else
-  // Measured on an H200 (bench --tune, both gpt-oss models, docs/perf-log.md), us per layer:
-  //   8-12 rows per expert: the 16-row tile (120b T = 256: 631, swap 32-row 673; 20b T = 96: 198 / 205);
+  // Measured on an H200 (bench --tune and forced tiles, both gpt-oss models, docs/perf-log.md), us per layer:
+  //   up to 12 rows per expert: the 16-row swap-AB tile (120b T = 256, 8 rows: 596 against the 16-row
+  //   tile's 655; T = 384, 12 rows: 657 against 771; 20b T = 64: 163 / 176);
   //   16-32 rows: the 32-row swap-AB tile (120b T = 1024: 1211, 64-row swap 1300; 20b T = 256: 319 / 376);
   //   64 rows on: the 64-row swap-AB tile (120b T = 4096: 3684, 32-row swap 3879; 20b T = 4096: 3216 / 3590).
   // The other tiles stay for tune tables and MXMOE_MMA_MTILES.
-  if (rows_per_expert < 14) return {1, false};
+  if (rows_per_expert < 14) return {1, true};
   return {rows_per_expert < 48 ? 2 : 4, true};
 #endif
 }

@@ -3,9 +3,9 @@
 // of one expert on N, in n8 groups. A warp whose rows end in the first half of its groups runs only
 // that half (two compile-time paths, no per-group branch), so the MMAs track the rows an expert has.
 //
-// Block: 8 warps, 256 threads. m_tiles 2 and 4 (32 and 64 rows): the 8 warps stack on M (256 weight
-// rows) and each covers every row; m_tiles 8 (128 rows): 4 warps on M (128 weight rows) x 2 on N,
-// so every block shape keeps 64 accumulators or fewer per thread. K walks in chunks of 128 through
+// Block: 8 warps, 256 threads. m_tiles 1, 2 and 4 (16, 32 and 64 rows): the 8 warps stack on M (256
+// weight rows) and each covers every row; m_tiles 8 (128 rows): 4 warps on M (128 weight rows) x 2 on
+// N, so every block shape keeps 64 accumulators or fewer per thread. K walks in chunks of 128 through
 // the family's cp.async pipeline (chunk_pipeline.cuh), activations staged as in act_stage.cuh.
 //
 // Fragments (common/mma_bf16.cuh): lane (g, t)'s record words for word w are rows g (a0, a2) and g+8
@@ -38,8 +38,8 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 // Two pipeline stages: deeper rings on Hopper measured no faster on an H200 (4 for the 32-row tile, 3
-// for the 64-row one at two blocks per SM, 4 at one block per SM: docs/perf-log.md), and SM120/SM121's
-// 99 KB per block hold two.
+// for the 64-row one at two blocks per SM, 4 at one block per SM, 3 for the 16-row one at three blocks
+// per SM: docs/perf-log.md), and SM120/SM121's 99 KB per block hold two.
 constexpr int kStages = 2;
 
 template <int kMTiles>
@@ -58,7 +58,9 @@ static_assert(SwapShape<8>::kSmemBytes + 8 * SwapShape<8>::kRows + 64 <= 101376,
 
 // The register bound: two blocks per SM on Hopper, where two fit in shared memory (one block with up to
 // 255 registers, no spills, was 20% slower for the 64-row tile on an H200); SM120/SM121's 100 KB per
-// SM hold one block of any swap tile, so their registers are not squeezed.
+// SM hold one block of any swap tile, so their registers are not squeezed. The 16-row tile takes 72
+// registers and so runs three blocks per SM; bounding it to four (64 registers, a few bytes spilled) was
+// slower (gpt-oss-120b T = 256: 567-576 against 560-563 us).
 __host__ __device__ constexpr int swap_min_blocks() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
   return 1;
@@ -94,22 +96,24 @@ __device__ __forceinline__ void swap_chunk(const uint8_t* act, const uint8_t* re
                      scales[q][h], frag[q][h]);
     // granule_slot(t, w) - granule_slot(t, 0): the word's 16-byte group within the row
     const int word_offset = ((w >> 1) * 8 + (w & 1) * 4) * 16;
-    static_assert(kGroups % 2 == 0, "groups in pairs");
+    static_assert(kGroups % 2 == 0 || kGroups == 1, "groups in pairs, or the 16-row tile's single group");
+    // Two groups at a time (the 16-row tile's half path has one), their first halves of K before their
+    // second: an accumulator's two MMAs per word sit four MMAs apart (two with one group), not adjacent.
+    constexpr int kStep = kGroups == 1 ? 1 : 2;
 #pragma unroll
-    for (int n = 0; n < kGroups; n += 2) {
+    for (int n = 0; n < kGroups; n += kStep) {
       // The activations are stored permuted (permute_words.hpp): the 16 bytes are the pairs in order.
-      // Two groups at a time, their first halves of K before their second: an accumulator's two MMAs
-      // per word sit four MMAs apart instead of back to back.
-      uint4 x[2];
+      uint4 x[kStep];
 #pragma unroll
-      for (int i = 0; i < 2; ++i) x[i] = *reinterpret_cast<const uint4*>(act + (n + i) * 8 * kRowBytes + word_offset);
+      for (int i = 0; i < kStep; ++i)
+        x[i] = *reinterpret_cast<const uint4*>(act + (n + i) * 8 * kRowBytes + word_offset);
 #pragma unroll
-      for (int i = 0; i < 2; ++i)
+      for (int i = 0; i < kStep; ++i)
 #pragma unroll
         for (int q = 0; q < 2; ++q)
           Atom::mma(acc[q][n + i], frag[q][0][0], frag[q][1][0], frag[q][0][1], frag[q][1][1], x[i].x, x[i].y);
 #pragma unroll
-      for (int i = 0; i < 2; ++i)
+      for (int i = 0; i < kStep; ++i)
 #pragma unroll
         for (int q = 0; q < 2; ++q)
           Atom::mma(acc[q][n + i], frag[q][0][2], frag[q][1][2], frag[q][0][3], frag[q][1][3], x[i].z, x[i].w);
@@ -169,6 +173,10 @@ __global__ void __launch_bounds__(kThreads, swap_min_blocks()) swap_gemm_kernel(
 template <class F>
 void for_each_variant(F&& f) {
 #if !defined(MXMOE_MINIMAL)
+  f(swap_gemm_kernel<true, false, 1>, 1);
+  f(swap_gemm_kernel<true, true, 1>, 1);
+  f(swap_gemm_kernel<false, false, 1>, 1);
+  f(swap_gemm_kernel<false, true, 1>, 1);
   f(swap_gemm_kernel<true, false, 2>, 2);
   f(swap_gemm_kernel<true, true, 2>, 2);
   f(swap_gemm_kernel<false, false, 2>, 2);
@@ -191,12 +199,14 @@ bool swap_supported(int m_tiles) {
   (void)m_tiles;
   return false;  // the minimal profile has one tile per family: the 64-row register-decode tile
 #else
-  return m_tiles == 2 || m_tiles == 4 || m_tiles == 8;
+  return m_tiles == 1 || m_tiles == 2 || m_tiles == 4 || m_tiles == 8;
 #endif
 }
 
 size_t swap_smem_bytes(int m_tiles) {
   switch (m_tiles) {
+    case 1:
+      return SwapShape<1>::kSmemBytes;
     case 2:
       return SwapShape<2>::kSmemBytes;
     case 4:
@@ -220,7 +230,7 @@ void configure_swap() {
 template <bool kGemm1>
 void launch_swap(const MmaArgs& a, int64_t tokens, int max_active, int m_tiles, cudaStream_t stream) {
   if (tokens == 0 || max_active == 0) return;
-  MXMOE_REQUIRE(swap_supported(m_tiles), "mma: swap-AB tiles have m_tiles 2, 4 or 8 (not in the minimal profile), got ",
+  MXMOE_REQUIRE(swap_supported(m_tiles), "mma: swap-AB tiles have m_tiles 1, 2, 4 or 8 (not in the minimal profile), got ",
                 m_tiles);
 #if !defined(MXMOE_MINIMAL)
   const unsigned m_blocks = m_tile_blocks(a, tokens, max_active, block_m(m_tiles));
@@ -229,6 +239,10 @@ void launch_swap(const MmaArgs& a, int64_t tokens, int max_active, int m_tiles, 
     kernels::launch_with_pdl(kernel, grid, dim3(kThreads), swap_smem_bytes(m_tiles), stream, a);
   };
   switch (m_tiles) {
+    case 1:
+      a.wide_scales ? go(swap_gemm_kernel<kGemm1, true, 1>, SwapShape<1>::kTiles)
+                    : go(swap_gemm_kernel<kGemm1, false, 1>, SwapShape<1>::kTiles);
+      break;
     case 2:
       a.wide_scales ? go(swap_gemm_kernel<kGemm1, true, 2>, SwapShape<2>::kTiles)
                     : go(swap_gemm_kernel<kGemm1, false, 2>, SwapShape<2>::kTiles);
