@@ -69,9 +69,7 @@ TuneTable parse_tune_table(const std::string& json_text, const std::string& sour
                     where, ".m_tiles must be 1, 2, 4 or 8, got ", plan.m_tiles);
       if (p.contains("swap_ab")) {
         MXMOE_REQUIRE(p.at("swap_ab").is_boolean(), source, ": ", where, ".swap_ab must be true or false");
-        plan.swap_ab = p.at("swap_ab").get<bool>();
-        MXMOE_REQUIRE(!plan.swap_ab || plan.m_tiles != 1, source, ": ", where,
-                      ".swap_ab: the swap-AB tiles have m_tiles 2, 4 or 8, got 1");
+        plan.swap_ab = p.at("swap_ab").get<bool>();  // every m_tiles has a swap-AB tile
       }
       if (p.contains("wgmma")) {
         MXMOE_REQUIRE(p.at("wgmma").is_boolean(), source, ": ", where, ".wgmma must be true or false");

@@ -54,7 +54,7 @@ void configure_wide();
 template <bool kGemm1>
 void launch_wide(const MmaArgs& args, int64_t tokens, int max_active, cudaStream_t stream);
 
-// The swap-AB tiles (swap_gemm_kernel.cu): 16 * m_tiles rows of one expert (m_tiles 2, 4 or 8) on
+// The swap-AB tiles (swap_gemm_kernel.cu): 16 * m_tiles rows of one expert (m_tiles 1, 2, 4 or 8) on
 // the MMA's N side in n8 groups, the weights on M: a warp runs only the groups that hold rows, and a
 // B fragment is one shared-memory load because `act` arrives in the decode's pair order
 // (permute_words.hpp; GEMM1 then writes GEMM2's input in that order too). 256 weight rows per block
