@@ -407,10 +407,11 @@ class GpuBackend final : public BackendImpl {
   // (gpt-oss-120b, us per layer, bench/results/2026-11-22_h200_wgmma_tune_tables.txt): 32 rows per
   // expert (T = 1024): 64-row swap 1185, 64-row wgmma 1109, 128-row 1394; 64 rows (T = 2048): 64-row
   // wgmma 1685, 128-row 1617. The 32-row tile (docs/perf-log.md): 16 rows per expert, gpt-oss-20b
-  // T = 128: 205 against the 32-row swap tile's 232; against the 16-row swap tile (one call): 120b 14 rows
-  // (T = 448) 716 / 719, 16 rows 723 / 823; 20b 14 rows (T = 112) 199 / 206. The 64-row tile against the 128-row one since its N = 48 path (docs/perf-log.md):
-  // 120b 48 / 56 / 64 rows 1029 / 1163 / 1452 against 1113 / 1250 / 1307; 20b 48 / 56 rows 269 / 310
-  // against 285 / 301 (that model's boundary is near 52; a tune table has it).
+  // T = 128: 205 against the 32-row swap tile's 232; against the 16-row swap tile (one call): 120b 14
+  // rows (T = 448) 716 / 719, 16 rows 723 / 823; 20b 14 rows (T = 112) 199 / 206. The 64-row tile
+  // against the 128-row one since its N = 48 path (docs/perf-log.md): 120b 48 / 56 / 64 rows 1029 /
+  // 1163 / 1452 against 1113 / 1250 / 1307; 20b 48 / 56 rows 269 / 310 against 285 / 301 (that model's
+  // boundary is near 52; a tune table has it).
   static constexpr double kWgmmaNarrowRows = 14.0;
   static constexpr double kWgmmaMinRows = 24.0;
   static constexpr double kWgmmaWideRows = 60.0;
@@ -423,9 +424,7 @@ class GpuBackend final : public BackendImpl {
     if (mtiles_override_ > 0 || swap_override_) {
       mma::MmaTile tile = mma::tile_for(rows);
       if (mtiles_override_ > 0) tile.m_tiles = mtiles_override_;
-      tile.swap_ab = swap_override_;
-      // A swap form this build lacks (the minimal profile has none): the 32-row one, as the check above demands.
-      if (tile.swap_ab && !mma::swap_supported(tile.m_tiles)) tile.m_tiles = 2;
+      tile.swap_ab = swap_override_;  // every tile count has a swap form (the constructor checked the build)
       return tile;
     }
     if (tune_) {

@@ -564,8 +564,7 @@ TEST(GpuLayerVariants, SwapKnobAloneTakesTheRulesTileInSwapForm) {
     const ScopedEnv swap("MXMOE_MMA_SWAP_AB", "1");
     const MoeRunner runner(in.cfg, in.layer.view(), gemv_options(c.tokens, Backend::Mma));
     const double rows = static_cast<double>(c.tokens * c.top_k) / std::min<int64_t>(c.experts, c.tokens * c.top_k);
-    const mma::MmaTile rule = mma::tile_for(rows);
-    const int m_tiles = mma::swap_supported(rule.m_tiles) ? rule.m_tiles : 2;
+    const int m_tiles = mma::tile_for(rows).m_tiles;
     ASSERT_NE(runner.describe_plan(c.tokens).find("swap-AB 256x" + std::to_string(mma::block_m(m_tiles)) + "x"),
               std::string::npos)
         << runner.describe_plan(c.tokens);

@@ -58,7 +58,7 @@ static_assert(SwapShape<8>::kSmemBytes + 8 * SwapShape<8>::kRows + 64 <= 101376,
 
 // The register bound: two blocks per SM on Hopper, where two fit in shared memory (one block with up to
 // 255 registers, no spills, was 20% slower for the 64-row tile on an H200); SM120/SM121's 100 KB per
-// SM hold one block of any swap tile, so their registers are not squeezed. The 16-row tile takes 72
+// SM hold one block of any swap tile, so their registers are not squeezed. The 16-row tile takes 78
 // registers and so runs three blocks per SM; bounding it to four (64 registers, a few bytes spilled) was
 // slower (gpt-oss-120b T = 256: 567-576 against 560-563 us).
 __host__ __device__ constexpr int swap_min_blocks() {
@@ -230,8 +230,8 @@ void configure_swap() {
 template <bool kGemm1>
 void launch_swap(const MmaArgs& a, int64_t tokens, int max_active, int m_tiles, cudaStream_t stream) {
   if (tokens == 0 || max_active == 0) return;
-  MXMOE_REQUIRE(swap_supported(m_tiles), "mma: swap-AB tiles have m_tiles 1, 2, 4 or 8 (not in the minimal profile), got ",
-                m_tiles);
+  MXMOE_REQUIRE(swap_supported(m_tiles),
+                "mma: swap-AB tiles have m_tiles 1, 2, 4 or 8 (not in the minimal profile), got ", m_tiles);
 #if !defined(MXMOE_MINIMAL)
   const unsigned m_blocks = m_tile_blocks(a, tokens, max_active, block_m(m_tiles));
   auto go = [&](auto kernel, int tiles_per_block) {
