@@ -186,10 +186,11 @@ MmaTile tile_for(double rows_per_expert) {
   return {4, false};  // the one tile of the minimal profile
 #else
   // Measured on an H200 (bench --tune and forced tiles, both gpt-oss models, docs/perf-log.md), us per layer:
-  //   up to 12 rows per expert: the 16-row swap-AB tile (120b T = 256, 8 rows: 596 against the 16-row
-  //   tile's 655; T = 384, 12 rows: 657 against 771; 20b T = 64: 163 / 176);
-  //   16-32 rows: the 32-row swap-AB tile (120b T = 1024: 1211, 64-row swap 1300; 20b T = 256: 319 / 376);
-  //   64 rows on: the 64-row swap-AB tile (120b T = 4096: 3684, 32-row swap 3879; 20b T = 4096: 3216 / 3590).
+  //   below 14 rows per expert: the 16-row swap-AB tile (one call: 120b T = 256, 8 rows, 596 against the
+  //   16-row tile's 655; T = 384, 12 rows, 696 against 772-868; 20b T = 64: 163 / 176);
+  //   14 to 48 rows: the 32-row swap-AB tile (120b T = 1024, 32 rows: 1211, 64-row swap 1300; 20b T = 256:
+  //   319 / 376); from 48 rows: the 64-row swap-AB tile (120b T = 4096, 128 rows: 3684, 32-row swap 3879;
+  //   20b T = 4096: 3216 / 3590).
   // The other tiles stay for tune tables and MXMOE_MMA_MTILES.
   if (rows_per_expert < 14) return {1, true};
   return {rows_per_expert < 48 ? 2 : 4, true};
