@@ -460,8 +460,11 @@ class GpuBackend final : public BackendImpl {
       a.act = expanded;
       a.k = static_cast<int>(sm90::padded_k(config_.hidden));
     } else if (tile.swap_ab) {  // the swap-AB tiles read their activations in the decode's pair order
-      mma::permute_words(hidden, ws.permuted_hidden, tokens * config_.hidden, stream);
+      // ... and GEMM2 starts each expert as GEMM1 finishes it, on counts that this pass zeroes.
+      mma::permute_words(hidden, ws.permuted_hidden, tokens * config_.hidden, stream, ws.expert_done,
+                         config_.num_experts);
       a.act = ws.permuted_hidden;
+      a.expert_done = ws.expert_done;
     }
     a.out = ws.intermediate;
     if (tile.wgmma)

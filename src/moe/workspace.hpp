@@ -34,6 +34,7 @@ struct BoundWorkspace {
   // (mma/act_stage.cuh), GEMM1's input; the wgmma tiles: [T, padded H] in chunk order
   // (sm90/chunk_order.hpp). The intermediate's rows are then padded too.
   uint16_t* permuted_hidden;
+  int32_t* expert_done;  // [E] the swap-AB tiles: GEMM1's blocks done per expert (mma::MmaArgs::expert_done)
 };
 
 // The MX backends' MXFP8 buffers: GEMM1's input (K = H, or max(H, I) when the second expand reuses
@@ -46,7 +47,7 @@ struct WorkspaceLayout {
   size_t stream_counters = 0, expert_ids = 0, pair_weights = 0, expert_offsets = 0, active_experts = 0, active_count = 0, row_pair = 0,
          pair_row = 0, segment_counts = 0, intermediate = 0, expert_rows = 0, decode_partials = 0, pair_slot = 0,
          slot_expert = 0, combine_counters = 0, mx_codes = 0, mx_scales = 0, mx_codes2 = 0, mx_scales2 = 0,
-         permuted_hidden = 0, total = 0;
+         permuted_hidden = 0, expert_done = 0, total = 0;
 
   // decode_floats: the fused decode path's partial sums for this T (0 when it is not used);
   // mx: the MX backends' MXFP8 buffers (0 otherwise); permute_hidden: room for the swap-AB tiles'
@@ -86,6 +87,7 @@ struct WorkspaceLayout {
     mx_scales2 = take(mx.scales2);
     // The swap-AB tiles' copy (unpadded: the wgmma tiles' expanded input sits in expert_rows).
     permuted_hidden = take(permute_hidden ? static_cast<size_t>(tokens) * static_cast<size_t>(config.hidden) * 2 : 0);
+    expert_done = take(permute_hidden ? experts * 4 : 0);
   }
 
   BoundWorkspace bind(void* base) const {
@@ -111,6 +113,7 @@ struct WorkspaceLayout {
     w.mx_codes2 = b + mx_codes2;
     w.mx_scales2 = b + mx_scales2;
     w.permuted_hidden = reinterpret_cast<uint16_t*>(b + permuted_hidden);
+    w.expert_done = reinterpret_cast<int32_t*>(b + expert_done);
     return w;
   }
 };

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "kernels/common/bulk_copy.cuh"
+#include "kernels/common/gpu_atomics.cuh"
 #include "kernels/common/pdl_launch.cuh"
 #include "kernels/gemv/gemv_block.cuh"
 #include "kernels/gemv/gemv_layout.hpp"
@@ -25,12 +26,6 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kBlocksPerSm = min_blocks_for(1);
 static_assert(kMaxStreamSlots <= kLocalPairs, "a block's own routing must hold every slot the kernel serves");
 
-// Count of `count` readable across the grid: an acquire load (the writer fences, then adds).
-__device__ __forceinline__ int acquire_count(const int32_t* count) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(count) : "memory");
-  return v;
-}
 
 // Clears the stream kernel's counters for one forward. Launched right before it with programmatic
 // dependent launch, it lets the stream kernel start at once (to route and request weights) and then
@@ -120,14 +115,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) stream_kernel(const St
     if (!it.gemm1) {
       // GEMM2 reads every intermediate feature of its slot: wait for the slot's GEMM1 items (their
       // stores, then a fence, then the count; here an acquire load, then the block barrier).
-      if (threadIdx.x == 0) {
-        unsigned sleep = 32;
-        while (acquire_count(&slot_done[it.slot]) < groups1) {
-          __nanosleep(sleep);
-          sleep = min(2 * sleep, 512u);
-        }
-      }
-      __syncthreads();
+      kernels::block_wait_count(&slot_done[it.slot], groups1);
       stage_rows<false, kThreads, 2>(a, row0, rows, nullptr, smem);
     } else {
       stage_rows<true, kThreads, 2>(a, row0, rows, route.row_pair + row0, smem);

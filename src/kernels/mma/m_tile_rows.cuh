@@ -23,11 +23,12 @@ inline unsigned m_tile_blocks(const MmaArgs& a, int64_t tokens, int max_active, 
   return static_cast<unsigned>(m_blocks);
 }
 
-// Waits for the predecessors, then finds m-tile `x` (false for the whole block when x is past the last
-// one). The wgmma tiles (sm90/) use it directly: their tensor copies read an m-tile's rows from its first.
+// Waits for the predecessors (unless `wait` is false: see the swap-AB tiles' GEMM2), then finds m-tile
+// `x` (false for the whole block when x is past the last one). The wgmma tiles (sm90/) use it directly:
+// their tensor copies read an m-tile's rows from its first.
 template <int kBlockM>
-__device__ __forceinline__ bool find_block_m_tile(const MmaArgs& a, int x, routing::MTile& tile) {
-  cudaGridDependencySynchronize();
+__device__ __forceinline__ bool find_block_m_tile(const MmaArgs& a, int x, routing::MTile& tile, bool wait = true) {
+  if (wait) cudaGridDependencySynchronize();
   cudaTriggerProgrammaticLaunchCompletion();
   routing::find_m_tile<kBlockM>(x, a.active_experts, a.active_count, a.expert_offsets, tile);
   __syncthreads();
@@ -35,8 +36,9 @@ __device__ __forceinline__ bool find_block_m_tile(const MmaArgs& a, int x, routi
 }
 
 template <int kBlockM, bool kGemm1>
-__device__ __forceinline__ bool begin_m_tile(const MmaArgs& a, routing::MTile& tile, int64_t (&src_row)[kBlockM]) {
-  if (!find_block_m_tile<kBlockM>(a, static_cast<int>(blockIdx.x), tile)) return false;
+__device__ __forceinline__ bool begin_m_tile(const MmaArgs& a, routing::MTile& tile, int64_t (&src_row)[kBlockM],
+                                             int x = static_cast<int>(blockIdx.x), bool wait = true) {
+  if (!find_block_m_tile<kBlockM>(a, x, tile, wait)) return false;
   if (threadIdx.x < kBlockM) {
     const int r = threadIdx.x, row = tile.row0 + r;
     src_row[r] = r >= tile.rows ? -1 : static_cast<int64_t>(kGemm1 ? a.row_pair[row] / a.top_k : row) * a.k;

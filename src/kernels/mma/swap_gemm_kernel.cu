@@ -3,6 +3,12 @@
 // of one expert on N, in n8 groups. A warp whose rows end in the first half of its groups runs only
 // that half (two compile-time paths, no per-group branch), so the MMAs track the rows an expert has.
 //
+// Grid: x = the block's 256 (128) weight rows, y = its m-tile, so an expert's blocks run together. With
+// MmaArgs::expert_done, GEMM1's blocks count themselves done per expert, and a GEMM2 block, launched
+// while GEMM1's last blocks still run (programmatic dependent launch; GEMM2 launches only once every
+// GEMM1 block is resident or done, so waiting cannot starve them), starts as soon as its expert's
+// count is complete instead of waiting for GEMM1's whole grid: GEMM2 fills GEMM1's tail.
+//
 // Block: 8 warps, 256 threads. m_tiles 1, 2 and 4 (16, 32 and 64 rows): the 8 warps stack on M (256
 // weight rows) and each covers every row; m_tiles 8 (128 rows): 4 warps on M (128 weight rows) x 2 on
 // N, so every block shape keeps 64 accumulators or fewer per thread. K walks in chunks of 128 through
@@ -17,6 +23,7 @@
 
 #include <algorithm>
 
+#include "kernels/common/gpu_atomics.cuh"
 #include "kernels/common/pdl_launch.cuh"
 #include "kernels/common/static_smem.hpp"
 #include "kernels/gemv/gemv_device.cuh"
@@ -58,9 +65,10 @@ static_assert(SwapShape<8>::kSmemBytes + 8 * SwapShape<8>::kRows + 64 <= 101376,
 
 // The register bound: two blocks per SM on Hopper, where two fit in shared memory (one block with up to
 // 255 registers, no spills, was 20% slower for the 64-row tile on an H200); SM120/SM121's 100 KB per
-// SM hold one block of any swap tile, so their registers are not squeezed. The 16-row tile takes 78
-// registers and so runs three blocks per SM; bounding it to four (64 registers, a few bytes spilled) was
-// slower (gpt-oss-120b T = 256: 567-576 against 560-563 us).
+// SM hold one block of any swap tile, so their registers are not squeezed. The 16-row tile takes 71-72
+// registers (78 before the counted GEMM2) and so runs three blocks per SM; bounding it to four (64
+// registers, a few bytes spilled) was slower (gpt-oss-120b T = 256: 567-576 against 560-563 us), and so
+// were its m-tiles of one n8 group in a kernel of their own at 64 registers (docs/perf-log.md).
 __host__ __device__ constexpr int swap_min_blocks() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
   return 1;
@@ -122,7 +130,7 @@ __device__ __forceinline__ void swap_chunk(const uint8_t* act, const uint8_t* re
 }
 
 template <bool kGemm1, bool kWideScales, int kMTiles>
-__global__ void __launch_bounds__(kThreads, swap_min_blocks()) swap_gemm_kernel(const MmaArgs a) {
+__device__ __forceinline__ void swap_gemm_block(const MmaArgs& a) {
   using S = SwapShape<kMTiles>;
   using Atom = Bf16Atom<kWideScales>;
   extern __shared__ __align__(128) uint8_t smem[];
@@ -130,9 +138,16 @@ __global__ void __launch_bounds__(kThreads, swap_min_blocks()) swap_gemm_kernel(
   __shared__ int64_t src_row[S::kRows];  // element offset of each row's activations; -1: padding row
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
-  if (!begin_m_tile<S::kRows, kGemm1>(a, tile, src_row)) return;
+  // Counted (see above), GEMM2 does not wait for GEMM1's grid: GEMM1 waited for the routing before
+  // this grid could launch (docs/gpu-pipeline.md), and the block waits for its expert's count below.
+  const bool counted = a.expert_done != nullptr;
+  if (!begin_m_tile<S::kRows, kGemm1>(a, tile, src_row, static_cast<int>(blockIdx.y), kGemm1 || !counted)) return;
   const int expert = tile.expert;
-  const int tile0 = static_cast<int>(blockIdx.y) * S::kTiles;
+  if (!kGemm1 && counted) {
+    const int expert_rows = a.expert_offsets[expert + 1] - a.expert_offsets[expert];
+    kernels::block_wait_count(&a.expert_done[expert], (expert_rows + S::kRows - 1) / S::kRows * a.gemm1_weight_blocks);
+  }
+  const int tile0 = static_cast<int>(blockIdx.x) * S::kTiles;
   const uint8_t* weights = a.weights + expert * a.expert_stride;
 
   auto load_stage = [&](int stage, int c) {
@@ -161,13 +176,25 @@ __global__ void __launch_bounds__(kThreads, swap_min_blocks()) swap_gemm_kernel(
     else
       swap_chunk<Atom, S::kNb, S::kNb / 2>(act, records, lane, acc);
   });
-  if (!warp_active) return;
+  if (warp_active) {
+    // GEMM2 (swap-AB too) reads the intermediate permuted word by word.
+    const int64_t pitch = a.n / 2;
+    store_swap_rows<kGemm1>(EpilogueArgs{a.bias, a.n, a.row_pair, a.pair_weights, a.out, a.alpha, a.limit}, acc,
+                            expert, tile.row0, tile.rows, tile0 + wt, n0, g, t,
+                            [pitch](int64_t row, int f) { return row * pitch + (f & ~7) + permuted_position(f & 7); });
+  }
+  if (kGemm1 && counted) {
+    __syncthreads();  // the block's stores, then one release count
+    if (threadIdx.x == 0) kernels::release_add_gpu(&a.expert_done[expert], 1);
+  }
+}
 
-  // GEMM2 (swap-AB too) reads the intermediate permuted word by word.
-  const int64_t pitch = a.n / 2;
-  store_swap_rows<kGemm1>(EpilogueArgs{a.bias, a.n, a.row_pair, a.pair_weights, a.out, a.alpha, a.limit}, acc, expert,
-                          tile.row0, tile.rows, tile0 + wt, n0, g, t,
-                          [pitch](int64_t row, int f) { return row * pitch + (f & ~7) + permuted_position(f & 7); });
+template <bool kGemm1, bool kWideScales, int kMTiles>
+__global__ void __launch_bounds__(kThreads, swap_min_blocks()) swap_gemm_kernel(const MmaArgs a) {
+  swap_gemm_block<kGemm1, kWideScales, kMTiles>(a);
+  // Counted, GEMM2 did not wait for GEMM1's grid: one block does before it exits, so that this grid
+  // completes after GEMM1's and the next kernel's wait covers both (docs/gpu-pipeline.md).
+  if (!kGemm1 && a.expert_done != nullptr && blockIdx.x == 0 && blockIdx.y == 0) cudaGridDependencySynchronize();
 }
 
 template <class F>
@@ -234,9 +261,13 @@ void launch_swap(const MmaArgs& a, int64_t tokens, int max_active, int m_tiles, 
                 "mma: swap-AB tiles have m_tiles 1, 2, 4 or 8 (not in the minimal profile), got ", m_tiles);
 #if !defined(MXMOE_MINIMAL)
   const unsigned m_blocks = m_tile_blocks(a, tokens, max_active, block_m(m_tiles));
+  MXMOE_REQUIRE(m_blocks <= 65535u, "mma: ", m_blocks, " m-tiles of the swap-AB tile exceed a grid's y extent");
   auto go = [&](auto kernel, int tiles_per_block) {
-    const dim3 grid(m_blocks, static_cast<unsigned>((a.tiles + tiles_per_block - 1) / tiles_per_block));
-    kernels::launch_with_pdl(kernel, grid, dim3(kThreads), swap_smem_bytes(m_tiles), stream, a);
+    const dim3 grid(static_cast<unsigned>((a.tiles + tiles_per_block - 1) / tiles_per_block), m_blocks);
+    MmaArgs args = a;
+    // GEMM1's blocks per m-tile: its N is 2 I, twice GEMM2's K.
+    if (!kGemm1) args.gemm1_weight_blocks = (2 * a.k / gemv::kTileRows + tiles_per_block - 1) / tiles_per_block;
+    kernels::launch_with_pdl(kernel, grid, dim3(kThreads), swap_smem_bytes(m_tiles), stream, args);
   };
   switch (m_tiles) {
     case 1:
