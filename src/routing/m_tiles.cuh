@@ -11,6 +11,7 @@ struct MTile {
   int expert;  // -1: x is past the last tile
   int row0;    // the tile's first row in the sorted (expert, token, slot) order
   int rows;    // rows of the tile that hold data (the rest are padding)
+  int expert_tiles;  // m-tiles of the tile's expert
 };
 
 // The number of m-tiles is at most pairs / kBlockM + (experts with rows): launch that many.
@@ -47,6 +48,7 @@ __device__ void find_m_tile(int x, const int32_t* active_experts, const int32_t*
       tile.expert = e;
       tile.row0 = start + m0;
       tile.rows = min(kBlockM, rows - m0);
+      tile.expert_tiles = tiles;
     }
     base += __shfl_sync(0xffffffffu, incl, 31);
   }

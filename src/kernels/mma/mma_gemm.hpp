@@ -26,7 +26,6 @@ struct MmaArgs : kernels::GroupedWeights, kernels::GroupedRouting {
   // (zeroed before it, by permute_words), and GEMM2 starts an expert's m-tiles once its count is
   // complete instead of waiting for GEMM1's whole grid. Null: the grid wait.
   int32_t* expert_done = nullptr;
-  int gemm1_weight_blocks = 0;       // GEMM1's blocks per m-tile (the launch of GEMM2 sets it)
 };
 
 inline constexpr int kBlockN = 256;      // weight rows per block (8 warps x 32)

@@ -144,8 +144,9 @@ __device__ __forceinline__ void swap_gemm_block(const MmaArgs& a) {
   if (!begin_m_tile<S::kRows, kGemm1>(a, tile, src_row, static_cast<int>(blockIdx.y), kGemm1 || !counted)) return;
   const int expert = tile.expert;
   if (!kGemm1 && counted) {
-    const int expert_rows = a.expert_offsets[expert + 1] - a.expert_offsets[expert];
-    kernels::block_wait_count(&a.expert_done[expert], (expert_rows + S::kRows - 1) / S::kRows * a.gemm1_weight_blocks);
+    // GEMM1's blocks per m-tile: its N is 2 I, twice this GEMM's K.
+    const int gemm1_blocks = (2 * a.k / gemv::kTileRows + S::kTiles - 1) / S::kTiles;
+    kernels::block_wait_count(&a.expert_done[expert], tile.expert_tiles * gemm1_blocks);
   }
   const int tile0 = static_cast<int>(blockIdx.x) * S::kTiles;
   const uint8_t* weights = a.weights + expert * a.expert_stride;
@@ -264,10 +265,7 @@ void launch_swap(const MmaArgs& a, int64_t tokens, int max_active, int m_tiles, 
   MXMOE_REQUIRE(m_blocks <= 65535u, "mma: ", m_blocks, " m-tiles of the swap-AB tile exceed a grid's y extent");
   auto go = [&](auto kernel, int tiles_per_block) {
     const dim3 grid(static_cast<unsigned>((a.tiles + tiles_per_block - 1) / tiles_per_block), m_blocks);
-    MmaArgs args = a;
-    // GEMM1's blocks per m-tile: its N is 2 I, twice GEMM2's K.
-    if (!kGemm1) args.gemm1_weight_blocks = (2 * a.k / gemv::kTileRows + tiles_per_block - 1) / tiles_per_block;
-    kernels::launch_with_pdl(kernel, grid, dim3(kThreads), swap_smem_bytes(m_tiles), stream, args);
+    kernels::launch_with_pdl(kernel, grid, dim3(kThreads), swap_smem_bytes(m_tiles), stream, a);
   };
   switch (m_tiles) {
     case 1:
