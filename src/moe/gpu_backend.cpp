@@ -142,6 +142,8 @@ class GpuBackend final : public BackendImpl {
     MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
     // Tuning knob: force the GEMV split-K instead of the cost model's choice (0: not set).
     ksplit_override_ = env_choice("MXMOE_GEMV_KSPLIT", {1, 2, 4, 8});
+    // Tuning knob: GEMV GEMM2 counted per slot always (1), never (0), or up to kCountedMaxTokens (unset).
+    gemv_counted_knob_ = env_choice("MXMOE_GEMV_COUNTED", {0, 1}, -1);
     // The GEMV family's 16-row batch where its staged rows fit (not on SM120/SM121's 99 KB at K = 2880)
     // and the ring has the default depth; MXMOE_GEMV_BATCH forces 8 or 16.
     wide_ok_ = stages == gemv::kDefaultStages &&
@@ -283,7 +285,12 @@ class GpuBackend final : public BackendImpl {
     // GEMM2 does the combine.
     const bool local_route = tokens <= local_route_tokens_;
     const bool fused_combine = tokens <= fused_combine_tokens_;
-    if (!local_route) routing::route_and_permute(config_, router_logits, tokens, ws.routing, stream);
+    // With the route kernel and the combine kernel, GEMM2 starts each expert slot once GEMM1's blocks
+    // for it are done (counted on counts the route zeroes), not when GEMM1's whole grid is.
+    const bool counted = gemv_counted(tokens);
+    routing::RoutingBuffers routing_buffers = ws.routing;
+    if (counted) routing_buffers.zero_counts = ws.expert_done;
+    if (!local_route) routing::route_and_permute(config_, router_logits, tokens, routing_buffers, stream);
     if (stages < 2) return;
 
     const int max_active = static_cast<int>(std::min<int64_t>(config_.num_experts, tokens * config_.top_k));
@@ -293,10 +300,12 @@ class GpuBackend final : public BackendImpl {
     a.combine_counter_count = fused_combine ? gemv::combine_counters_needed(config_.hidden) : 0;
 
     a.batch_rows = batch_rows_for(tokens);
+    a.slot_done = counted ? ws.expert_done : nullptr;
     bind_gemm1(a, hidden, ws);
     gemv::launch_gemm1(a, tokens, max_active, stream);
     if (stages < 3) return;
 
+    a.gemm1_blocks_per_slot = gemv::blocks_per_slot(a, tokens, max_active);
     bind_gemm2(a, ws);
     a.combine_out = fused_combine ? out : nullptr;
     a.pair_row_out = ws.routing.pair_row;
@@ -355,6 +364,7 @@ class GpuBackend final : public BackendImpl {
       os << ", ring stages " << w1_.stages << "/" << w2_.stages;
     if (tokens <= local_route_tokens_) os << ", routed in both gemms";
     if (tokens <= fused_combine_tokens_) os << ", combine in gemm2";
+    if (gemv_counted(tokens)) os << ", gemm2 per slot as gemm1 ends it";
     return os.str();
   }
 
@@ -367,6 +377,18 @@ class GpuBackend final : public BackendImpl {
   static constexpr bool kDefaultStream = false;
 
   int grid() const { return gemv::decode_grid(sm_count_); }
+
+  // GEMV GEMM2 started per expert slot as GEMM1 finishes it (gemv::GemvArgs::slot_done): where a route
+  // kernel and a combine kernel run, up to kCountedMaxTokens unless MXMOE_GEMV_COUNTED says otherwise.
+  // Measured on an H200 (one call, two rounds, docs/perf-log.md), us per layer, grid wait against
+  // counted: gpt-oss-120b T = 3 61.0 / 55.4, T = 4 67.5 / 66.5, T = 8 124.1 / 120.5, but T = 16 214 /
+  // 217 and T = 32 343 / 348 (GEMM1 in 7 and 14 waves: its tail weighs less than the waiting blocks);
+  // gpt-oss-20b T = 3 58.4 / 52.9, T = 4 63.6 / 61.1, T = 8 93.7 / 92.8.
+  static constexpr int64_t kCountedMaxTokens = 8;
+  bool gemv_counted(int64_t tokens) const {
+    if (tokens <= local_route_tokens_ || tokens <= fused_combine_tokens_) return false;
+    return gemv_counted_knob_ == -1 ? tokens <= kCountedMaxTokens : gemv_counted_knob_ == 1;
+  }
 
   // Average rows per expert slot: T*k rows over min(E, T*k) slots.
   double rows_per_expert(int64_t tokens) const {
@@ -689,6 +711,7 @@ class GpuBackend final : public BackendImpl {
   int sm_count_ = 0;
   int device_ = 0;
   int ksplit_override_ = 0;
+  int gemv_counted_knob_ = -1;
   bool wide_ok_ = false;    // the GEMV family's 16-row batch is built and fits this device and shape
   int batch_override_ = 0;  // MXMOE_GEMV_BATCH (0: not set)
   bool mx_expand_intermediate_ = false;  // MXMOE_MX_EXPAND_INTERMEDIATE: a second expand, not GEMM1's epilogue

@@ -34,7 +34,7 @@ struct BoundWorkspace {
   // (mma/act_stage.cuh), GEMM1's input; the wgmma tiles: [T, padded H] in chunk order
   // (sm90/chunk_order.hpp). The intermediate's rows are then padded too.
   uint16_t* permuted_hidden;
-  int32_t* expert_done;  // [E] the swap-AB tiles: GEMM1's blocks done per expert (mma::MmaArgs::expert_done)
+  int32_t* expert_done;  // [E] GEMM1's blocks done per expert (mma::MmaArgs::expert_done) or per slot (gemv::GemvArgs::slot_done)
 };
 
 // The MX backends' MXFP8 buffers: GEMM1's input (K = H, or max(H, I) when the second expand reuses
@@ -87,7 +87,7 @@ struct WorkspaceLayout {
     mx_scales2 = take(mx.scales2);
     // The swap-AB tiles' copy (unpadded: the wgmma tiles' expanded input sits in expert_rows).
     permuted_hidden = take(permute_hidden ? static_cast<size_t>(tokens) * static_cast<size_t>(config.hidden) * 2 : 0);
-    expert_done = take(permute_hidden ? experts * 4 : 0);
+    expert_done = take(experts * 4);
   }
 
   BoundWorkspace bind(void* base) const {

@@ -130,6 +130,12 @@ __device__ void rank_pairs(const RouteArgs& a, const int* offsets, int* running,
   }
 }
 
+// After the wait (the previous forward is complete), one block: the counts the next kernels count on.
+__device__ void clear_zero_counts(const RouteArgs& a) {
+  if (a.out.zero_counts != nullptr)
+    for (int e = threadIdx.x; e < a.experts; e += blockDim.x) a.out.zero_counts[e] = 0;
+}
+
 // Small T: everything in one block (block size scales with T: a decode step needs a few warps, at
 // least kMinSingleBlockThreads).
 constexpr int kMinSingleBlockThreads = 128;
@@ -154,6 +160,7 @@ __global__ void __launch_bounds__(kMaxThreads) route_permute_kernel(RouteArgs a)
   // read our inputs (the logits) at once, our outputs only after its wait.
   cudaGridDependencySynchronize();
   cudaTriggerProgrammaticLaunchCompletion();
+  clear_zero_counts(a);
   for (int e = tid; e < kMaxExperts; e += blockDim.x) counts[e] = running[e] = 0;
   __syncthreads();
 #pragma unroll
@@ -194,6 +201,7 @@ __global__ void __launch_bounds__(kMaxThreads) rank_segments_kernel(RouteArgs a,
   __shared__ int warp_counts[kMaxWarps][kMaxExperts];
   cudaGridDependencySynchronize();
   cudaTriggerProgrammaticLaunchCompletion();
+  if (blockIdx.x == 0) clear_zero_counts(a);
   const int tid = threadIdx.x, me = static_cast<int>(blockIdx.x), segments = static_cast<int>(gridDim.x);
   for (int e = tid; e < kMaxExperts; e += blockDim.x) {
     int total = 0, before = 0;

@@ -20,6 +20,9 @@ struct RoutingBuffers {
   int32_t* row_pair;        // [T*k]   sorted row -> pair
   int32_t* pair_row;        // [T*k]   pair -> sorted row
   int32_t* segment_counts;  // [segments, E] scratch of the multi-block route: each segment's histogram
+  // [E] or null: zeroed by the route once the previous forward is complete (GEMV GEMM1's per-slot
+  // done counts, gemv::GemvArgs::slot_done).
+  int32_t* zero_counts = nullptr;
 };
 
 // The multi-block route (T > 8) counts experts per segment of this many tokens (a multiple of 16, one

@@ -413,6 +413,44 @@ TEST(GpuLayerVariants, WideBatchMatchesReferenceAndNarrowBatchBits) {
   }
 }
 
+// GEMV GEMM2 started per expert slot once GEMM1's blocks for it are counted done (the default with the
+// route and combine kernels) against GEMM2 waiting for GEMM1's whole grid (MXMOE_GEMV_COUNTED=0): the
+// same sums, so the same bits, over the variant shapes (T = 3 to 1000, odd K, one expert taking every
+// token, wide scales), gpt-oss's shape at T = 4 and 16, both batch widths (the 16-row batch where
+// it fits; row batches split over the grid's z at T = 1000), eager twice and in graph replay.
+TEST(GpuLayerVariants, CountedGemvGemm2GivesTheGridWaitsBits) {
+  MXMOE_SKIP_WITHOUT_GPU();
+  int device = 0, optin = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), cudaSuccess);
+  std::vector<InputCase> cases(std::begin(kVariantCases), std::end(kVariantCases));
+  cases.push_back({128, 4, 2880, 2880, 4, false, false});
+  cases.push_back({128, 4, 2880, 2880, 16, false, false});
+  for (const InputCase& c : cases) {
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE(describe(c, seed));
+    const LayerInputs in = make_inputs(c, seed);
+    for (const char* batch : {"8", "16"}) {
+      if (std::string(batch) == "16" &&
+          (!gemv::batch_rows_built(gemv::kWideBatchRows) ||
+           !gemv::wide_batch_fits(std::max(c.hidden, c.intermediate), static_cast<size_t>(optin), gemv::static_smem_bytes())))
+        continue;
+      SCOPED_TRACE(std::string("MXMOE_GEMV_BATCH=") + batch);
+      auto runner_with = [&](const char* counted) {
+        const ScopedEnv knob("MXMOE_GEMV_COUNTED", counted), width("MXMOE_GEMV_BATCH", batch);
+        return MoeRunner(in.cfg, in.layer.view(), gemv_options(c.tokens));
+      };
+      const MoeRunner counted = runner_with("1"), grid_wait = runner_with("0");
+      ASSERT_NE(counted.describe_plan(c.tokens).find("gemm2 per slot"), std::string::npos) << counted.describe_plan(c.tokens);
+      ASSERT_EQ(grid_wait.describe_plan(c.tokens).find("gemm2 per slot"), std::string::npos);
+      const auto out = run_checked(counted, in, c.tokens);
+      EXPECT_EQ(out, run_on_gpu(grid_wait, in.hidden, in.logits, c.tokens)) << "counted and grid-wait GEMM2 differ";
+      EXPECT_EQ(out, run_on_gpu(counted, in.hidden, in.logits, c.tokens)) << "two runs differ";
+      EXPECT_EQ(out, run_graph_replay(counted, in.hidden, in.logits, c.tokens)) << "graph replay differs from eager";
+    }
+  }
+}
+
 // GEMM1's MXFP8 epilogue (the default of the MX backends) against the two-pass path that writes the
 // fp32 intermediate and quantises it in a second expand (whose bytes test_gpu_expand checks against
 // the CPU layout code): the same output bits. Shapes: I = 160 (5 k-blocks: padding k-blocks in the

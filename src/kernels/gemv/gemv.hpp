@@ -32,6 +32,11 @@ struct GemvArgs : kernels::GroupedWeights, kernels::GroupedRouting {
   int32_t* combine_counters = nullptr;
   int combine_counter_count = 0;
   uint16_t* combine_out = nullptr;
+  // GEMM2 counted (route kernel, no fused combine): GEMM1's blocks count themselves done per expert
+  // slot here (zeroed by the route), and a GEMM2 block starts once its slot's count reaches
+  // gemm1_blocks_per_slot instead of waiting for GEMM1's whole grid. Null: the grid wait.
+  int32_t* slot_done = nullptr;
+  int gemm1_blocks_per_slot = 0;
   const int32_t* pair_row = nullptr;  // pair -> sorted row (route kernel), read by the fused combine
   int32_t* pair_row_out = nullptr;    // GEMM2 routed locally without the combine: writes pair -> row here
 };
@@ -90,5 +95,7 @@ void launch_gemm1(const GemvArgs& args, int64_t tokens, int max_active, cudaStre
 void launch_gemm2(const GemvArgs& args, int64_t tokens, int max_active, cudaStream_t stream);
 // The K split the launch would use (for plan descriptions).
 int ksplit_for(const GemvArgs& args, int max_active);
+// GEMM1's blocks per expert slot for these arguments (GemvArgs::gemm1_blocks_per_slot).
+int blocks_per_slot(const GemvArgs& args, int64_t tokens, int max_active);
 
 }  // namespace mxmoe::gemv

@@ -99,7 +99,11 @@ __global__ void __launch_bounds__(32 * warps_for(kNb), min_blocks_for(kNb))
   // are complete when the forward is enqueued (docs/gpu-pipeline.md), like the logits.
   const bool staged_early = kGemm1 && local && has_batch;
   if (staged_early) stage_batch(first_batch);
-  if (!kGemm1 || local) cudaGridDependencySynchronize();
+  // Counted, GEMM2 waits for its slot's GEMM1 blocks below instead of GEMM1's whole grid. It launches
+  // only once every GEMM1 block is resident or done, so its waiting blocks cannot starve them.
+  const bool counted = !kGemm1 && !local && a.slot_done != nullptr;
+  const bool chain_block = blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0;
+  if ((!kGemm1 || local) && !counted) cudaGridDependencySynchronize();
   cudaTriggerProgrammaticLaunchCompletion();
   // The previous forward's GEMM2 is complete (the wait above), and this forward's GEMM2 reads the
   // counters only after its own wait for this grid: clear them here.
@@ -110,7 +114,11 @@ __global__ void __launch_bounds__(32 * warps_for(kNb), min_blocks_for(kNb))
     if (!kGemm1 && local && a.combine_out == nullptr && threadIdx.x < a.tokens * a.top_k)
       a.pair_row_out[threadIdx.x] = local_route.pair_row[threadIdx.x];
   }
-  if (!active) return;
+  if (!active) {
+    if (counted && chain_block) cudaGridDependencySynchronize();  // see the end of the kernel
+    return;
+  }
+  if (counted) kernels::block_wait_count(&a.slot_done[slot], a.gemm1_blocks_per_slot);
   // Lanes whose batch row is past rows_cap read the last staged row: their MMA column is never stored.
   uint32_t b_rows[kNb];
 #pragma unroll
@@ -140,7 +148,13 @@ __global__ void __launch_bounds__(32 * warps_for(kNb), min_blocks_for(kNb))
     }
     __syncthreads();  // the staged rows and partial sums are reused by the next batch
   }
-  if constexpr (!kGemm1) {
+  if constexpr (kGemm1) {
+    // The block's stores are behind the loop's last barrier: one release count for the slot.
+    if (a.slot_done != nullptr && threadIdx.x == 0) kernels::release_add_gpu(&a.slot_done[slot], 1);
+  } else {
+    // Counted, GEMM2 did not wait for GEMM1's grid: one block does before it exits, so that this grid
+    // completes after GEMM1's and the next kernel's wait covers both (docs/gpu-pipeline.md).
+    if (counted && chain_block) cudaGridDependencySynchronize();
     if (a.combine_out == nullptr) return;
     // Every active block of the column group arrives once, after all its rows are written: the
     // barrier orders the block's stores before thread 0's count, a release; the count of the last to
@@ -195,6 +209,17 @@ size_t smem_for(int k, int rows_cap, int stages, int nb) {
   return static_cast<size_t>(act_bytes(chunks, rows_cap)) + warps_for(nb) * warp_ring_bytes(stages);
 }
 
+// The grid: x = tile groups of `ksplit`, y = expert slots, z = row-batch splits.
+dim3 grid_of(const GemvArgs& a, int64_t tokens, int max_active, int ksplit) {
+  const int tiles_per_block = warps_for(nb_of(a.batch_rows)) / ksplit;
+  const int64_t pairs = tokens * a.top_k;
+  const int64_t batches = (pairs + int64_t{a.batch_rows} * max_active - 1) / (int64_t{a.batch_rows} * max_active);
+  return dim3((a.tiles + tiles_per_block - 1) / tiles_per_block, static_cast<unsigned>(max_active),
+              static_cast<unsigned>(std::clamp<int64_t>(batches, 1, 64)));
+}
+
+int ksplit_of(const GemvArgs& a, int max_active) { return nb_of(a.batch_rows) == 1 ? ksplit_for(a, max_active) : 1; }
+
 template <bool kGemm1>
 void launch(const GemvArgs& a, int64_t tokens, int max_active, cudaStream_t stream) {
   if (tokens == 0 || max_active == 0) return;
@@ -202,15 +227,11 @@ void launch(const GemvArgs& a, int64_t tokens, int max_active, cudaStream_t stre
   MXMOE_REQUIRE(a.batch_rows == kNarrowRows || a.stages == kMinStages, "gemv: 16-row batches run with ",
                 kMinStages, " ring stages only, got ", a.stages);
   const int nb = nb_of(a.batch_rows);
-  const int ksplit = nb == 1 ? ksplit_for(a, max_active) : 1;
-  const int tiles_per_block = warps_for(nb) / ksplit;
+  const int ksplit = ksplit_of(a, max_active);
   // An expert has at most `tokens` rows (top-k experts are distinct), so smaller batches need less
   // shared memory for the staged rows, and more blocks fit per SM.
   const int rows_cap = static_cast<int>(std::min<int64_t>(a.batch_rows, tokens));
-  const int64_t pairs = tokens * a.top_k;
-  const int64_t batches = (pairs + int64_t{a.batch_rows} * max_active - 1) / (int64_t{a.batch_rows} * max_active);
-  const dim3 grid((a.tiles + tiles_per_block - 1) / tiles_per_block, static_cast<unsigned>(max_active),
-                  static_cast<unsigned>(std::clamp<int64_t>(batches, 1, 64)));
+  const dim3 grid = grid_of(a, tokens, max_active, ksplit);
   const size_t smem = smem_for(a.k, rows_cap, a.stages, nb);
   const dim3 block(32 * warps_for(nb));
   auto go = [&](auto kernel) { kernels::launch_with_pdl(kernel, grid, block, smem, stream, a, ksplit, rows_cap); };
@@ -295,7 +316,9 @@ GemvArgs for_tokens(const GemvArgs& args, int64_t tokens) {
 }  // namespace
 
 void launch_gemm1(const GemvArgs& args, int64_t tokens, int max_active, cudaStream_t stream) {
-  launch<true>(for_tokens(args, tokens), tokens, max_active, stream);
+  const GemvArgs a = for_tokens(args, tokens);
+  MXMOE_REQUIRE(a.slot_done == nullptr || !a.local_route, "gemv: GEMM1 counts its blocks per slot only after the route kernel");
+  launch<true>(a, tokens, max_active, stream);
 }
 void launch_gemm2(const GemvArgs& args, int64_t tokens, int max_active, cudaStream_t stream) {
   const GemvArgs a = for_tokens(args, tokens);
@@ -304,7 +327,14 @@ void launch_gemm2(const GemvArgs& args, int64_t tokens, int max_active, cudaStre
                 "gemv: the combine in GEMM2 needs T <= ", kFusedCombineTokens, ", its counters and the pair rows");
   MXMOE_REQUIRE(!a.local_route || a.combine_out != nullptr || a.pair_row_out != nullptr,
                 "gemv: GEMM2 routed locally must write the pair rows for the combine kernel");
+  MXMOE_REQUIRE(a.slot_done == nullptr || (!a.local_route && a.combine_out == nullptr && a.gemm1_blocks_per_slot > 0),
+                "gemv: GEMM2 counted per slot needs the route kernel, the combine kernel and GEMM1's blocks per slot");
   launch<false>(a, tokens, max_active, stream);
+}
+
+int blocks_per_slot(const GemvArgs& args, int64_t tokens, int max_active) {
+  const dim3 grid = grid_of(args, tokens, max_active, ksplit_of(args, max_active));
+  return static_cast<int>(grid.x * grid.z);
 }
 
 int ksplit_for(const GemvArgs& args, int max_active) {
