@@ -463,10 +463,13 @@ class GpuBackend final : public BackendImpl {
 
   void forward_mma(const uint16_t* hidden, const float* router_logits, int64_t tokens, uint16_t* out,
                    const BoundWorkspace& ws, cudaStream_t stream, int stages) const {
-    routing::route_and_permute(config_, router_logits, tokens, ws.routing, stream);
+    const mma::MmaTile tile = mma_tile_for(tokens);
+    // The swap-AB tiles' GEMM2 starts each expert as GEMM1 finishes it, on counts the route zeroes.
+    routing::RoutingBuffers routing_buffers = ws.routing;
+    if (tile.swap_ab) routing_buffers.zero_counts = ws.expert_done;
+    routing::route_and_permute(config_, router_logits, tokens, routing_buffers, stream);
     if (stages < 2) return;
     const int max_active = static_cast<int>(std::min<int64_t>(config_.num_experts, tokens * config_.top_k));
-    const mma::MmaTile tile = mma_tile_for(tokens);
     mma::MmaArgs a;
     a.swap_ab = tile.swap_ab;
     bind_routing(a, ws);
@@ -482,9 +485,7 @@ class GpuBackend final : public BackendImpl {
       a.act = expanded;
       a.k = static_cast<int>(sm90::padded_k(config_.hidden));
     } else if (tile.swap_ab) {  // the swap-AB tiles read their activations in the decode's pair order
-      // ... and GEMM2 starts each expert as GEMM1 finishes it, on counts that this pass zeroes.
-      mma::permute_words(hidden, ws.permuted_hidden, tokens * config_.hidden, stream, ws.expert_done,
-                         config_.num_experts);
+      mma::permute_words(hidden, ws.permuted_hidden, tokens * config_.hidden, stream);
       a.act = ws.permuted_hidden;
       a.expert_done = ws.expert_done;
     }

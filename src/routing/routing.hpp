@@ -20,8 +20,8 @@ struct RoutingBuffers {
   int32_t* row_pair;        // [T*k]   sorted row -> pair
   int32_t* pair_row;        // [T*k]   pair -> sorted row
   int32_t* segment_counts;  // [segments, E] scratch of the multi-block route: each segment's histogram
-  // [E] or null: zeroed by the route once the previous forward is complete (GEMV GEMM1's per-slot
-  // done counts, gemv::GemvArgs::slot_done).
+  // [E] or null: zeroed by the route once the previous forward is complete (GEMM1's blocks done per
+  // expert or slot: mma::MmaArgs::expert_done, gemv::GemvArgs::slot_done).
   int32_t* zero_counts = nullptr;
 };
 

@@ -23,7 +23,7 @@ struct MmaArgs : kernels::GroupedWeights, kernels::GroupedRouting {
   bool wide_scales = false;          // some scale byte is > 128 or 0xFF: the general multiplier path
   bool swap_ab = false;              // the swap-AB tiles (weights on the MMA's M side): swap_gemm_kernel.cu
   // The swap-AB tiles, both GEMMs on the same tile: GEMM1 counts its blocks done per expert here
-  // (zeroed before it, by permute_words), and GEMM2 starts an expert's m-tiles once its count is
+  // (zeroed before it, by the route: RoutingBuffers::zero_counts), and GEMM2 starts an expert's m-tiles once its count is
   // complete instead of waiting for GEMM1's whole grid. Null: the grid wait.
   int32_t* expert_done = nullptr;
 };

@@ -12,12 +12,9 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void __launch_bounds__(kThreads) permute_words_kernel(const uint4* in, uint4* out, int64_t words,
-                                                                 int32_t* counters, int counter_count) {
+__global__ void __launch_bounds__(kThreads) permute_words_kernel(const uint4* in, uint4* out, int64_t words) {
   cudaGridDependencySynchronize();  // `in` may come from the predecessor
   cudaTriggerProgrammaticLaunchCompletion();
-  if (blockIdx.x == 0)
-    for (int i = threadIdx.x; i < counter_count; i += kThreads) counters[i] = 0;
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < words; i += int64_t{gridDim.x} * kThreads) {
     uint32_t p[4];
     to_pairs(in[i], p);
@@ -27,16 +24,13 @@ __global__ void __launch_bounds__(kThreads) permute_words_kernel(const uint4* in
 
 }  // namespace
 
-void permute_words(const uint16_t* in, uint16_t* out, int64_t elements, cudaStream_t stream, int32_t* counters,
-                   int counter_count) {
-  MXMOE_REQUIRE(counter_count == 0 || counters != nullptr, "permute_words: ", counter_count, " counters at null");
+void permute_words(const uint16_t* in, uint16_t* out, int64_t elements, cudaStream_t stream) {
   MXMOE_REQUIRE(elements % 8 == 0, "permute_words: elements must be a multiple of 8, got ", elements);
   const int64_t words = elements / 8;
   if (words == 0) return;
   const int blocks = static_cast<int>(std::min<int64_t>((words + kThreads - 1) / kThreads, 4096));
   kernels::launch_with_pdl(permute_words_kernel, dim3(blocks), dim3(kThreads), 0, stream,
-                           reinterpret_cast<const uint4*>(in), reinterpret_cast<uint4*>(out), words, counters,
-                           counter_count);
+                           reinterpret_cast<const uint4*>(in), reinterpret_cast<uint4*>(out), words);
 }
 
 }  // namespace mxmoe::mma

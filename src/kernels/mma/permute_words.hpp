@@ -18,10 +18,7 @@ static_assert(permuted_position(3) == 0 && permuted_position(7) == 1 && permuted
               "pairs (3,7), (2,6), (1,5), (0,4), low element first");
 
 // out[i] = in[i] permuted word by word; `elements` is a multiple of 8, both 16-byte aligned.
-// Launched with programmatic dependent launch (it waits for its predecessor before reading). It also
-// zeroes `counters` [counter_count] after that wait: the swap-AB tiles' per-expert counts of GEMM1
-// blocks done (MmaArgs::expert_done), which the previous forward's GEMM2 has finished reading then.
-void permute_words(const uint16_t* in, uint16_t* out, int64_t elements, cudaStream_t stream,
-                   int32_t* counters = nullptr, int counter_count = 0);
+// Launched with programmatic dependent launch (it waits for its predecessor before reading).
+void permute_words(const uint16_t* in, uint16_t* out, int64_t elements, cudaStream_t stream);
 
 }  // namespace mxmoe::mma
