@@ -25,6 +25,7 @@
 
 #include "kernels/common/gpu_atomics.cuh"
 #include "kernels/common/pdl_launch.cuh"
+#include "kernels/common/shared_load.cuh"
 #include "kernels/common/static_smem.hpp"
 #include "kernels/gemv/gemv_device.cuh"
 #include "kernels/gemv/gemv_layout.hpp"
@@ -35,6 +36,7 @@
 #include "kernels/mma/mma_gemm.hpp"
 #include "kernels/mma/permute_words.hpp"
 #include "kernels/mma/swap_epilogue.cuh"
+#include "kernels/mma/swap_stage_loads.cuh"
 #include "kernels/mma/weight_stage.cuh"
 #include "moe/cuda_check.hpp"
 #include "routing/m_tiles.cuh"
@@ -64,30 +66,33 @@ static_assert(SwapShape<8>::kSmemBytes + 8 * SwapShape<8>::kRows + 64 <= 101376,
               "the largest swap tile fits SM120's 99 KB of shared memory");
 
 // The register bound: two blocks per SM on Hopper, where two fit in shared memory (one block with up to
-// 255 registers, no spills, was 20% slower for the 64-row tile on an H200); SM120/SM121's 100 KB per
-// SM hold one block of any swap tile, so their registers are not squeezed. The 16-row tile takes 71-72
-// registers (78 before the counted GEMM2) and so runs three blocks per SM; bounding it to four (64
-// registers, a few bytes spilled) was slower (gpt-oss-120b T = 256: 567-576 against 560-563 us), and so
-// were its m-tiles of one n8 group in a kernel of their own at 64 registers (docs/perf-log.md).
-__host__ __device__ constexpr int swap_min_blocks() {
+// 255 registers, no spills, was 20% slower for the 64-row tile on an H200), and three for the 16-row
+// tile (80 registers, enough for its copy addresses kept in registers: swap_stage_loads.cuh); bounding it
+// to four (64 registers, a few bytes spilled) was slower (gpt-oss-120b T = 256: 567-576 against 560-563
+// us), and so were its m-tiles of one n8 group in a kernel of their own at 64 registers
+// (docs/perf-log.md). SM120/SM121's 100 KB per SM hold one block of any swap tile, so their registers
+// are not squeezed.
+__host__ __device__ constexpr int swap_min_blocks(int m_tiles) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
+  (void)m_tiles;
   return 1;
 #else
-  return 2;
+  return m_tiles == 1 ? 3 : 2;
 #endif
 }
 
 // One chunk of one warp: its two weight tiles' records decoded word by word, each word's fragments
-// multiplied with the first kGroups n8 groups of rows. `act` points at row g's group (t, 0) of the
-// warp's first n8 group, `records` at the warp's first tile's record.
+// multiplied with the first kGroups n8 groups of rows. Shared-window addresses (ld.shared, kept in
+// 32-bit registers: generic pointers had ptxas rebuild the window base on every chunk): `act` is row
+// g's group (t, 0) of the warp's first n8 group, `records` the lane's 16 bytes of the warp's first
+// tile's record, `scales` the lane's two scale bytes there.
 template <class Atom, int kNb, int kGroups>
-__device__ __forceinline__ void swap_chunk(const uint8_t* act, const uint8_t* records, int lane,
+__device__ __forceinline__ void swap_chunk(uint32_t act, uint32_t records, uint32_t scales_at,
                                            float (&acc)[2][kNb][4]) {
   typename Atom::Scale scales[2][2];
 #pragma unroll
   for (int q = 0; q < 2; ++q) {
-    const uint32_t sc =
-        *reinterpret_cast<const uint16_t*>(records + q * gemv::kChunkBytes + gemv::kChunkWeightBytes + lane * 2);
+    const uint32_t sc = kernels::ld_shared_u16(scales_at + q * gemv::kChunkBytes);
     scales[q][0] = Atom::scale(sc & 0xFFu);
     scales[q][1] = Atom::scale(sc >> 8);
   }
@@ -100,8 +105,8 @@ __device__ __forceinline__ void swap_chunk(const uint8_t* act, const uint8_t* re
     for (int q = 0; q < 2; ++q)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        Atom::decode(*reinterpret_cast<const uint32_t*>(records + q * gemv::kChunkBytes + h * 512 + lane * 16 + 4 * w),
-                     scales[q][h], frag[q][h]);
+        Atom::decode(kernels::ld_shared_u32(records + q * gemv::kChunkBytes + h * 512 + 4 * w), scales[q][h],
+                     frag[q][h]);
     // granule_slot(t, w) - granule_slot(t, 0): the word's 16-byte group within the row
     const int word_offset = ((w >> 1) * 8 + (w & 1) * 4) * 16;
     static_assert(kGroups % 2 == 0 || kGroups == 1, "groups in pairs, or the 16-row tile's single group");
@@ -113,8 +118,7 @@ __device__ __forceinline__ void swap_chunk(const uint8_t* act, const uint8_t* re
       // The activations are stored permuted (permute_words.hpp): the 16 bytes are the pairs in order.
       uint4 x[kStep];
 #pragma unroll
-      for (int i = 0; i < kStep; ++i)
-        x[i] = *reinterpret_cast<const uint4*>(act + (n + i) * 8 * kRowBytes + word_offset);
+      for (int i = 0; i < kStep; ++i) x[i] = kernels::ld_shared_v4(act + (n + i) * 8 * kRowBytes + word_offset);
 #pragma unroll
       for (int i = 0; i < kStep; ++i)
 #pragma unroll
@@ -151,12 +155,21 @@ __device__ __forceinline__ void swap_gemm_block(const MmaArgs& a) {
   const int tile0 = static_cast<int>(blockIdx.x) * S::kTiles;
   const uint8_t* weights = a.weights + expert * a.expert_stride;
 
+  // The 16- and 32-row tiles keep each thread's copy addresses in registers (swap_stage_loads.cuh); the
+  // 64- and 128-row tiles, whose 32 and 64 accumulators leave no registers for them, recompute them.
+  const uint32_t smem_base = kernels::shared_address(smem);
+  const SwapStageLoads<S::kRows, S::kTiles, kThreads> loads(a, src_row, weights, tile0, smem_base);
+  static_assert(decltype(loads)::kStageBytes == S::kStageBytes, "one stage layout");
   auto load_stage = [&](int stage, int c) {
-    uint8_t* act = smem + stage * S::kStageBytes;
-    load_act_chunk<S::kRows, kThreads>(a, src_row, c, [&](int r, int gr) {
-      return act + r * kRowBytes + granule_slot(gr >> 2, gr & 3) * 16;
-    });
-    load_weight_records<S::kTiles, kThreads>(act + S::kActBytes, weights, tile0, a.tiles, a.chunks, c);
+    if constexpr (kMTiles <= 2) {
+      loads.load(stage, c);
+    } else {
+      uint8_t* act = smem + stage * S::kStageBytes;
+      load_act_chunk<S::kRows, kThreads>(a, src_row, c, [&](int r, int gr) {
+        return act + r * kRowBytes + granule_slot(gr >> 2, gr & 3) * 16;
+      });
+      load_weight_records<S::kTiles, kThreads>(act + S::kActBytes, weights, tile0, a.tiles, a.chunks, c);
+    }
   };
 
   const int wt = 2 * (warp % S::kWarpsM);      // the warp's first weight tile in the block
@@ -168,14 +181,16 @@ __device__ __forceinline__ void swap_gemm_block(const MmaArgs& a) {
 
   run_chunk_pipeline<kStages>(a.chunks, load_stage, [&](int stage) {
     if (!warp_active) return;
-    const uint8_t* act = smem + stage * S::kStageBytes + (n0 * 8 + g) * kRowBytes + granule_slot(t, 0) * 16;
-    const uint8_t* records = smem + stage * S::kStageBytes + S::kActBytes + wt * gemv::kChunkBytes;
+    const uint32_t at = smem_base + stage * S::kStageBytes;
+    const uint32_t act = at + (n0 * 8 + g) * kRowBytes + granule_slot(t, 0) * 16;
+    const uint32_t records = at + S::kActBytes + wt * gemv::kChunkBytes + lane * 16;
+    const uint32_t scales = at + S::kActBytes + wt * gemv::kChunkBytes + gemv::kChunkWeightBytes + lane * 2;
     // A compile-time group count per path: a run-time bound in the unrolled loop cost a branch and a
     // warp re-convergence before every group's MMAs. Half the groups when the rows fit in them.
     if (groups > S::kNb / 2)
-      swap_chunk<Atom, S::kNb, S::kNb>(act, records, lane, acc);
+      swap_chunk<Atom, S::kNb, S::kNb>(act, records, scales, acc);
     else
-      swap_chunk<Atom, S::kNb, S::kNb / 2>(act, records, lane, acc);
+      swap_chunk<Atom, S::kNb, S::kNb / 2>(act, records, scales, acc);
   });
   if (warp_active) {
     // GEMM2 (swap-AB too) reads the intermediate permuted word by word.
@@ -191,7 +206,7 @@ __device__ __forceinline__ void swap_gemm_block(const MmaArgs& a) {
 }
 
 template <bool kGemm1, bool kWideScales, int kMTiles>
-__global__ void __launch_bounds__(kThreads, swap_min_blocks()) swap_gemm_kernel(const MmaArgs a) {
+__global__ void __launch_bounds__(kThreads, swap_min_blocks(kMTiles)) swap_gemm_kernel(const MmaArgs a) {
   swap_gemm_block<kGemm1, kWideScales, kMTiles>(a);
   // Counted, GEMM2 did not wait for GEMM1's grid: one block does before it exits, so that this grid
   // completes after GEMM1's and the next kernel's wait covers both (docs/gpu-pipeline.md).
