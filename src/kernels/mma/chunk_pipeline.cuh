@@ -19,9 +19,14 @@ namespace mxmoe::mma {
 // landed, releases it, then refills the stage of chunk c - 1 with chunk c + kStages - 1 once every
 // warp has released c - 1: warps drift up to a chunk apart instead of meeting every chunk, and
 // chunks c + 1 .. c + kStages - 2 stay in flight while c + 1 is computed. The barriers live in shared
-// memory (full: kThreads, empty: kWarps expected arrivals), initialised by the caller and made visible
-// by a block barrier before the first call. compute(stage) must be called by every thread (a warp with
-// nothing to do returns from it at once).
+// memory (full: ring_full_arrivals(kThreads), empty: one per warp), initialised by the caller and made
+// visible by a block barrier before the first call. compute(stage) must be called by every thread (a
+// warp with nothing to do returns from it at once). Each thread also arrives on full[s] plainly (a
+// release of its own accesses) after issuing its copies: compute-sanitizer's racecheck takes a
+// zero-filling cp.async (padding rows, K past the end) for a plain store, which the copies' own
+// arrival does not release for it, and reported a hazard between those and the stage's readers.
+__host__ __device__ constexpr int ring_full_arrivals(int threads) { return 2 * threads; }
+
 template <int kStages, int kThreads, class Load, class Compute>
 __device__ __forceinline__ void run_chunk_ring(int chunks, uint32_t full, uint32_t empty, Load&& load,
                                                Compute&& compute) {
@@ -32,6 +37,7 @@ __device__ __forceinline__ void run_chunk_ring(int chunks, uint32_t full, uint32
     if (s < chunks) {
       load(s, s);
       kernels::cp_async_arrive_noinc(full + s * kBar);
+      kernels::mbarrier_arrive(full + s * kBar);
     }
   int stage = 0;
   uint32_t phase = 0;  // bit s: the parity of stage s's next full phase; the empty phases lag one round
@@ -48,6 +54,7 @@ __device__ __forceinline__ void run_chunk_ring(int chunks, uint32_t full, uint32
       if (n >= kStages) kernels::mbarrier_wait_parity(empty + refill * kBar, ((phase >> refill) & 1u) ^ 1u);
       load(refill, n);
       kernels::cp_async_arrive_noinc(full + refill * kBar);
+      kernels::mbarrier_arrive(full + refill * kBar);
     }
     stage = stage == kStages - 1 ? 0 : stage + 1;
   }

@@ -149,7 +149,7 @@ __device__ __forceinline__ void swap_gemm_block(const MmaArgs& a) {
   __shared__ __align__(8) uint64_t ring[2 * S::kStages];  // run_chunk_ring's full and empty barriers
   if (S::kRing && threadIdx.x == 0) {
     for (int i = 0; i < S::kStages; ++i) {
-      kernels::mbarrier_init(&ring[i], kThreads);
+      kernels::mbarrier_init(&ring[i], ring_full_arrivals(kThreads));
       kernels::mbarrier_init(&ring[S::kStages + i], kWarps);
     }
     kernels::fence_barrier_init();  // visible to the other threads after begin_m_tile's block barrier
