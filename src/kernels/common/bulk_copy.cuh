@@ -30,10 +30,9 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_
 }
 
 // One plain arrival (a consumer releasing a stage).
-__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(shared_address(bar)) : "memory");
 }
-__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) { mbarrier_arrive(shared_address(bar)); }
 
 __device__ __forceinline__ void mbarrier_wait_parity(uint32_t bar, uint32_t parity) {
   asm volatile(

@@ -20,12 +20,6 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool 
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 
-// An arrival on `bar` (a shared-window address) once every cp.async this thread has issued so far has
-// landed; the barrier's expected count includes it (.noinc).
-__device__ __forceinline__ void cp_async_arrive_noinc(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
-
 // Waits until at most `kPending` of this thread's committed groups are still in flight.
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {

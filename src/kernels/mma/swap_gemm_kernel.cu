@@ -46,15 +46,14 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-// Two pipeline stages with a block barrier per chunk (chunk_pipeline.cuh): deeper rings on Hopper measured
-// no faster on an H200 (4 for the 32-row tile, 3 for the 64-row one at two blocks per SM, 4 at one block
-// per SM: docs/perf-log.md), and SM120/SM121's 99 KB per block hold two. The 16-row tile runs the
-// barrier-free ring of three stages instead (run_chunk_ring), which keeps the same chunk in flight.
+// Two pipeline stages: deeper rings on Hopper measured no faster on an H200 (4 for the 32-row tile, 3
+// for the 64-row one at two blocks per SM, 4 at one block per SM, 3 for the 16-row one at three blocks
+// per SM: docs/perf-log.md), and SM120/SM121's 99 KB per block hold two.
+constexpr int kStages = 2;
+
 template <int kMTiles>
 struct SwapShape {
   static constexpr int kRows = block_m(kMTiles);            // the expert's rows per block (MMA N)
-  static constexpr bool kRing = kMTiles == 1;
-  static constexpr int kStages = kRing ? 3 : 2;
   static constexpr int kWarpsN = kMTiles == 8 ? 2 : 1;
   static constexpr int kWarpsM = kWarps / kWarpsN;
   static constexpr int kNb = kRows / kWarpsN / 8;           // n8 groups per warp
@@ -146,14 +145,6 @@ __device__ __forceinline__ void swap_gemm_block(const MmaArgs& a) {
   // Counted (see above), GEMM2 does not wait for GEMM1's grid: GEMM1 waited for the routing before
   // this grid could launch (docs/gpu-pipeline.md), and the block waits for its expert's count below.
   const bool counted = a.expert_done != nullptr;
-  __shared__ __align__(8) uint64_t ring[2 * S::kStages];  // run_chunk_ring's full and empty barriers
-  if (S::kRing && threadIdx.x == 0) {
-    for (int i = 0; i < S::kStages; ++i) {
-      kernels::mbarrier_init(&ring[i], ring_full_arrivals(kThreads));
-      kernels::mbarrier_init(&ring[S::kStages + i], kWarps);
-    }
-    kernels::fence_barrier_init();  // visible to the other threads after begin_m_tile's block barrier
-  }
   if (!begin_m_tile<S::kRows, kGemm1>(a, tile, src_row, static_cast<int>(blockIdx.y), kGemm1 || !counted)) return;
   const int expert = tile.expert;
   if (!kGemm1 && counted) {
@@ -188,7 +179,7 @@ __device__ __forceinline__ void swap_gemm_block(const MmaArgs& a) {
   const bool warp_active = tile0 + wt < a.tiles && groups > 0;  // tiles come in pairs: N is a multiple of 32
   float acc[2][S::kNb][4] = {};  // [weight tile][n8 group][fragment]
 
-  auto compute = [&](int stage) {
+  run_chunk_pipeline<kStages>(a.chunks, load_stage, [&](int stage) {
     if (!warp_active) return;
     const uint32_t at = smem_base + stage * S::kStageBytes;
     const uint32_t act = at + (n0 * 8 + g) * kRowBytes + granule_slot(t, 0) * 16;
@@ -200,13 +191,7 @@ __device__ __forceinline__ void swap_gemm_block(const MmaArgs& a) {
       swap_chunk<Atom, S::kNb, S::kNb>(act, records, scales, acc);
     else
       swap_chunk<Atom, S::kNb, S::kNb / 2>(act, records, scales, acc);
-  };
-  if constexpr (S::kRing) {
-    const uint32_t full = kernels::shared_address(ring);
-    run_chunk_ring<S::kStages, kThreads>(a.chunks, full, full + 8 * S::kStages, load_stage, compute);
-  } else {
-    run_chunk_pipeline<S::kStages>(a.chunks, load_stage, compute);
-  }
+  });
   if (warp_active) {
     // GEMM2 (swap-AB too) reads the intermediate permuted word by word.
     const int64_t pitch = a.n / 2;
