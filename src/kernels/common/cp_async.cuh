@@ -6,16 +6,13 @@
 
 namespace mxmoe::kernels {
 
-// Copies 16 bytes, or writes 16 zero bytes when !valid (src-size 0: nothing is read).
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)), "l"(src),
-               "r"(valid ? 16 : 0)
-               : "memory");
-}
-
-// The same by shared-window address, for loops that keep their destinations in 32-bit registers.
+// Copies 16 bytes to a shared-window address, or writes 16 zero bytes when !valid (src-size 0:
+// nothing is read). Loops that keep their destinations in 32-bit registers call it directly.
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+  cp_async_16(shared_address(dst), src, valid);
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
