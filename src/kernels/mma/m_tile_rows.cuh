@@ -47,6 +47,22 @@ __device__ __forceinline__ bool begin_m_tile(const MmaArgs& a, routing::MTile& t
   return true;
 }
 
+// The rounds of one thread's activation copies: the group at element kk of row r0 + round *
+// kRowsPerRound (its element offset from src_row) to `dst` + round * step (a generic pointer or a
+// shared-window address). Padding rows (-1) and K past the end (kk >= k) read as zeros.
+template <int kBlockM, int kRowsPerRound, class Dst>
+__device__ __forceinline__ void copy_act_rounds(const int64_t (&src_row)[kBlockM], int r0, const uint16_t* act, int kk,
+                                                int k, Dst dst, int step) {
+  const bool in_k = kk < k;
+  const uint16_t* src = act + kk;
+#pragma unroll 1
+  for (int round = 0; round < kBlockM / kRowsPerRound; ++round) {
+    const int64_t row = src_row[r0 + round * kRowsPerRound];
+    const bool valid = row >= 0 && in_k;
+    kernels::cp_async_16(dst + round * step, valid ? src + row : act, valid);
+  }
+}
+
 // Chunk c of the m-tile's activations (16 groups of 8 bf16 per row) by cp.async, group gr of row r to
 // place(r, gr) in shared memory. Padding rows and K past the end read as zeros. Thread i copies group
 // i % 16 of rows i / 16 + 16 * round: the group, its K and its place in a row are fixed per thread,
@@ -60,17 +76,10 @@ __device__ __forceinline__ void load_act_chunk(const MmaArgs& a, const int64_t (
   static_assert(kRowsPerRound % 8 == 0, "rounds 8 rows apart: the same place in a row swizzled by row % 8");
   const int gr = threadIdx.x & 15, r0 = threadIdx.x >> 4;
   const int kk = c * gemv::kChunkK + gr * 8;
-  const bool in_k = kk < a.k;
-  const uint16_t* src = a.act + kk;
   uint8_t* dst = place(r0, gr);
   // Rows r and r + kRowsPerRound sit at the same place in their rows (a multiple of 8 rows apart).
   const int step = static_cast<int>(place(r0 + kRowsPerRound, gr) - dst);
-#pragma unroll 1
-  for (int round = 0; round < kBlockM / kRowsPerRound; ++round) {
-    const int64_t row = src_row[r0 + round * kRowsPerRound];
-    const bool valid = row >= 0 && in_k;
-    kernels::cp_async_16(dst + round * step, valid ? src + row : a.act, valid);
-  }
+  copy_act_rounds<kBlockM, kRowsPerRound>(src_row, r0, a.act, kk, a.k, dst, step);
 }
 
 }  // namespace mxmoe::mma

@@ -155,23 +155,7 @@ __device__ __forceinline__ void swap_gemm_block(const MmaArgs& a) {
   const int tile0 = static_cast<int>(blockIdx.x) * S::kTiles;
   const uint8_t* weights = a.weights + expert * a.expert_stride;
 
-  // The 16- and 32-row tiles keep each thread's copy addresses in registers (swap_stage_loads.cuh); the
-  // 64- and 128-row tiles, whose 32 and 64 accumulators leave no registers for them, recompute them.
   const uint32_t smem_base = kernels::shared_address(smem);
-  const SwapStageLoads<S::kRows, S::kTiles, kThreads> loads(a, src_row, weights, tile0, smem_base);
-  static_assert(decltype(loads)::kStageBytes == S::kStageBytes, "one stage layout");
-  auto load_stage = [&](int stage, int c) {
-    if constexpr (kMTiles <= 2) {
-      loads.load(stage, c);
-    } else {
-      uint8_t* act = smem + stage * S::kStageBytes;
-      load_act_chunk<S::kRows, kThreads>(a, src_row, c, [&](int r, int gr) {
-        return act + r * kRowBytes + granule_slot(gr >> 2, gr & 3) * 16;
-      });
-      load_weight_records<S::kTiles, kThreads>(act + S::kActBytes, weights, tile0, a.tiles, a.chunks, c);
-    }
-  };
-
   const int wt = 2 * (warp % S::kWarpsM);      // the warp's first weight tile in the block
   const int n0 = (warp / S::kWarpsM) * S::kNb;  // its first n8 group of rows
   // n8 groups that hold rows: the MMAs of the others would only multiply padding.
@@ -179,7 +163,7 @@ __device__ __forceinline__ void swap_gemm_block(const MmaArgs& a) {
   const bool warp_active = tile0 + wt < a.tiles && groups > 0;  // tiles come in pairs: N is a multiple of 32
   float acc[2][S::kNb][4] = {};  // [weight tile][n8 group][fragment]
 
-  run_chunk_pipeline<kStages>(a.chunks, load_stage, [&](int stage) {
+  auto compute = [&](int stage) {
     if (!warp_active) return;
     const uint32_t at = smem_base + stage * S::kStageBytes;
     const uint32_t act = at + (n0 * 8 + g) * kRowBytes + granule_slot(t, 0) * 16;
@@ -191,7 +175,25 @@ __device__ __forceinline__ void swap_gemm_block(const MmaArgs& a) {
       swap_chunk<Atom, S::kNb, S::kNb>(act, records, scales, acc);
     else
       swap_chunk<Atom, S::kNb, S::kNb / 2>(act, records, scales, acc);
-  });
+  };
+  // The 16- and 32-row tiles keep each thread's copy addresses in registers (swap_stage_loads.cuh); the
+  // 64- and 128-row tiles, whose 32 and 64 accumulators leave no registers for them, recompute them.
+  if constexpr (kMTiles <= 2) {
+    const SwapStageLoads<S::kRows, S::kTiles, kThreads> loads(a, src_row, weights, tile0, smem_base);
+    static_assert(decltype(loads)::kStageBytes == S::kStageBytes, "one stage layout");
+    run_chunk_pipeline<kStages>(a.chunks, [&](int stage, int c) { loads.load(stage, c); }, compute);
+  } else {
+    run_chunk_pipeline<kStages>(
+        a.chunks,
+        [&](int stage, int c) {
+          uint8_t* act = smem + stage * S::kStageBytes;
+          load_act_chunk<S::kRows, kThreads>(a, src_row, c, [&](int r, int gr) {
+            return act + r * kRowBytes + granule_slot(gr >> 2, gr & 3) * 16;
+          });
+          load_weight_records<S::kTiles, kThreads>(act + S::kActBytes, weights, tile0, a.tiles, a.chunks, c);
+        },
+        compute);
+  }
   if (warp_active) {
     // GEMM2 (swap-AB too) reads the intermediate permuted word by word.
     const int64_t pitch = a.n / 2;

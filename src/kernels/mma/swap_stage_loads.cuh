@@ -6,13 +6,17 @@
 // 64-bit source arithmetic took about 90 of a warp's 330-350 instructions per chunk of the 16-row tile.
 //
 // Thread i copies activation group i % 16 of rows i / 16 + 16 * round (placed by granule_slot, as
-// act_stage.cuh says) and 16-byte units u, u + kThreadsPerTile, ... of tile i / kThreadsPerTile's record.
+// act_stage.cuh says) and 16-byte units u, u + kThreadsPerTile, ... of tile i / kThreadsPerTile's record:
+// the copies of load_act_chunk and load_weight_records (copy_act_rounds, copy_record_units), with
+// their addresses hoisted.
 #include <cstdint>
 
 #include "kernels/common/cp_async.cuh"
 #include "kernels/gemv/gemv_layout.hpp"
 #include "kernels/mma/act_stage.cuh"
+#include "kernels/mma/m_tile_rows.cuh"
 #include "kernels/mma/mma_gemm.hpp"
+#include "kernels/mma/weight_stage.cuh"
 
 namespace mxmoe::mma {
 
@@ -36,7 +40,7 @@ class SwapStageLoads {
     }
     const int j = threadIdx.x / kThreadsPerTile, u = threadIdx.x % kThreadsPerTile;
     weights_ok_ = tile0 + j < a.tiles;  // tiles past the GEMM's last: their warps do not compute
-    last_unit_ok_ = kUnits % kThreadsPerTile == 0 || u + (kCopies - 1) * kThreadsPerTile < kUnits;
+    last_unit_ok_ = last_record_unit_ok<kThreadsPerTile>(u);
     weights_ = expert_weights + static_cast<int64_t>(tile0 + j) * a.chunks * gemv::kChunkBytes + u * 16;
     weight_dst_ = stage0 + kActBytes + j * gemv::kChunkBytes + u * 16;
   }
@@ -44,28 +48,17 @@ class SwapStageLoads {
   // Chunk c into stage `stage`: padding rows and K past the end read as zeros.
   __device__ __forceinline__ void load(int stage, int c) const {
     const uint32_t stage_offset = static_cast<uint32_t>(stage * kStageBytes);
-    const bool in_k = kk0_ + c * gemv::kChunkK < k_;
     if constexpr (kRounds == 1) {
-      const bool valid = row_ok_ && in_k;
+      const bool valid = row_ok_ && kk0_ + c * gemv::kChunkK < k_;
       kernels::cp_async_16(act_dst_ + stage_offset, valid ? act_row_ + c * gemv::kChunkK : act_, valid);
     } else {
       // Rows r0 + 16 * round sit at the same place in their rows (a multiple of 8 rows apart).
-      const int r0 = threadIdx.x >> 4;
-#pragma unroll 1
-      for (int round = 0; round < kRounds; ++round) {
-        const int64_t row = src_row_[r0 + round * kRowsPerRound];
-        const bool valid = row >= 0 && in_k;
-        kernels::cp_async_16(act_dst_ + stage_offset + round * kRowsPerRound * kRowBytes,
-                             valid ? act_ + row + kk0_ + c * gemv::kChunkK : act_, valid);
-      }
+      copy_act_rounds<kRows, kRowsPerRound>(src_row_, static_cast<int>(threadIdx.x >> 4), act_,
+                                            kk0_ + c * gemv::kChunkK, k_, act_dst_ + stage_offset,
+                                            kRowsPerRound * kRowBytes);
     }
-    if (!weights_ok_) return;
-    const uint8_t* src = weights_ + c * gemv::kChunkBytes;
-    const uint32_t dst = weight_dst_ + stage_offset;
-#pragma unroll
-    for (int r = 0; r < kCopies; ++r)
-      if (r < kCopies - 1 || last_unit_ok_)
-        kernels::cp_async_16(dst + r * kThreadsPerTile * 16, src + r * kThreadsPerTile * 16, true);
+    if (weights_ok_)
+      copy_record_units<kThreadsPerTile>(weight_dst_ + stage_offset, weights_ + c * gemv::kChunkBytes, last_unit_ok_);
   }
 
  private:
@@ -75,8 +68,6 @@ class SwapStageLoads {
   static_assert(kRowsPerRound % 8 == 0, "rounds 8 rows apart: the same place in a row swizzled by row % 8");
   static_assert(kThreads % kTiles == 0, "whole groups of threads per record");
   static constexpr int kThreadsPerTile = kThreads / kTiles;
-  static constexpr int kUnits = gemv::kChunkBytes / 16;
-  static constexpr int kCopies = (kUnits + kThreadsPerTile - 1) / kThreadsPerTile;
 
   const int64_t (&src_row_)[kRows];
   const uint16_t* act_;

@@ -9,6 +9,25 @@
 
 namespace mxmoe::mma {
 
+// One thread's 16-byte units of one record: u, u + kThreadsPerTile, ... from `src` (its unit u of the
+// chunk's record) to `dst` (a generic pointer or a shared-window address); the last unit only where
+// `last_ok` (u + (copies - 1) * kThreadsPerTile is still inside the record: the others always are).
+template <int kThreadsPerTile, class Dst>
+__device__ __forceinline__ void copy_record_units(Dst dst, const uint8_t* src, bool last_ok) {
+  constexpr int kUnits = gemv::kChunkBytes / 16;
+  constexpr int kCopies = (kUnits + kThreadsPerTile - 1) / kThreadsPerTile;
+#pragma unroll
+  for (int r = 0; r < kCopies; ++r)
+    if (r < kCopies - 1 || last_ok)
+      kernels::cp_async_16(dst + r * kThreadsPerTile * 16, src + r * kThreadsPerTile * 16, true);
+}
+template <int kThreadsPerTile>
+__device__ __forceinline__ bool last_record_unit_ok(int u) {
+  constexpr int kUnits = gemv::kChunkBytes / 16;
+  constexpr int kCopies = (kUnits + kThreadsPerTile - 1) / kThreadsPerTile;
+  return kUnits % kThreadsPerTile == 0 || u + (kCopies - 1) * kThreadsPerTile < kUnits;
+}
+
 template <int kTilesPerBlock, int kThreads>
 __device__ __forceinline__ void load_weight_records(uint8_t* stage, const uint8_t* expert_weights, int tile0,
                                                     int tiles, int chunks, int c) {
@@ -17,15 +36,11 @@ __device__ __forceinline__ void load_weight_records(uint8_t* stage, const uint8_
   // a division and a 64-bit multiply per unit, as many instructions as the chunk's MMAs).
   static_assert(kThreads % kTilesPerBlock == 0, "whole groups of threads per record");
   constexpr int kThreadsPerTile = kThreads / kTilesPerBlock;
-  constexpr int kUnits = gemv::kChunkBytes / 16;
   const int j = threadIdx.x / kThreadsPerTile, u = threadIdx.x % kThreadsPerTile;
   if (tile0 + j >= tiles) return;
   const uint8_t* src = expert_weights + (static_cast<int64_t>(tile0 + j) * chunks + c) * gemv::kChunkBytes + u * 16;
-  uint8_t* dst = stage + j * gemv::kChunkBytes + u * 16;
-#pragma unroll
-  for (int r = 0; r < (kUnits + kThreadsPerTile - 1) / kThreadsPerTile; ++r)
-    if (kUnits % kThreadsPerTile == 0 || u + r * kThreadsPerTile < kUnits)
-      kernels::cp_async_16(dst + r * kThreadsPerTile * 16, src + r * kThreadsPerTile * 16, true);
+  copy_record_units<kThreadsPerTile>(stage + j * gemv::kChunkBytes + u * 16, src,
+                                     last_record_unit_ok<kThreadsPerTile>(u));
 }
 
 }  // namespace mxmoe::mma
