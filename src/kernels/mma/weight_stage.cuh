@@ -9,23 +9,27 @@
 
 namespace mxmoe::mma {
 
+// A record's 16-byte units, and how many of them each of kThreadsPerTile threads copies.
+inline constexpr int kRecordUnits = gemv::kChunkBytes / 16;
+template <int kThreadsPerTile>
+inline constexpr int kRecordCopies = (kRecordUnits + kThreadsPerTile - 1) / kThreadsPerTile;
+
 // One thread's 16-byte units of one record: u, u + kThreadsPerTile, ... from `src` (its unit u of the
 // chunk's record) to `dst` (a generic pointer or a shared-window address); the last unit only where
-// `last_ok` (u + (copies - 1) * kThreadsPerTile is still inside the record: the others always are).
+// `last_ok` (last_record_unit_ok: the others are always inside the record).
 template <int kThreadsPerTile, class Dst>
 __device__ __forceinline__ void copy_record_units(Dst dst, const uint8_t* src, bool last_ok) {
-  constexpr int kUnits = gemv::kChunkBytes / 16;
-  constexpr int kCopies = (kUnits + kThreadsPerTile - 1) / kThreadsPerTile;
+  constexpr int kCopies = kRecordCopies<kThreadsPerTile>;
 #pragma unroll
   for (int r = 0; r < kCopies; ++r)
     if (r < kCopies - 1 || last_ok)
       kernels::cp_async_16(dst + r * kThreadsPerTile * 16, src + r * kThreadsPerTile * 16, true);
 }
+// Whether thread u's last unit (u + (copies - 1) * kThreadsPerTile) is inside the record.
 template <int kThreadsPerTile>
 __device__ __forceinline__ bool last_record_unit_ok(int u) {
-  constexpr int kUnits = gemv::kChunkBytes / 16;
-  constexpr int kCopies = (kUnits + kThreadsPerTile - 1) / kThreadsPerTile;
-  return kUnits % kThreadsPerTile == 0 || u + (kCopies - 1) * kThreadsPerTile < kUnits;
+  constexpr int kLast = (kRecordCopies<kThreadsPerTile> - 1) * kThreadsPerTile;
+  return kRecordUnits % kThreadsPerTile == 0 || u + kLast < kRecordUnits;
 }
 
 template <int kTilesPerBlock, int kThreads>
