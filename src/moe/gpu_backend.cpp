@@ -554,6 +554,7 @@ class GpuBackend final : public BackendImpl {
     const int max_active = static_cast<int>(std::min<int64_t>(config_.num_experts, tokens * config_.top_k));
     routing::ExpandArgs e;
     e.top_k = config_.top_k;
+    e.experts = config_.num_experts;
     e.rule = ScaleRule::Rceil;
     e.codes = ws.mx_codes;
     e.scales = ws.mx_scales;

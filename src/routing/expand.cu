@@ -19,7 +19,7 @@ __global__ void __launch_bounds__(kThreads) expand_mxfp8_kernel(const ExpandArgs
   cudaGridDependencySynchronize();
   cudaTriggerProgrammaticLaunchCompletion();
   const int x = static_cast<int>(blockIdx.x);
-  find_m_tile<kRows>(x, r.active_experts, r.active_count, r.expert_offsets, tile);
+  find_m_tile<kRows>(x, a.experts, r.expert_offsets, tile);
   __syncthreads();
   if (tile.expert < 0) return;
   const int kblocks = a.k / 32;
@@ -82,6 +82,7 @@ int64_t expand_scale_bytes(int64_t pairs, int64_t max_active, int k) {
 void expand_mxfp8(const ExpandArgs& args, const RoutingBuffers& routing, int64_t tokens, int max_active,
                   cudaStream_t stream) {
   MXMOE_REQUIRE(args.k > 0 && args.k % 32 == 0, "expand: k must be a positive multiple of 32, got ", args.k);
+  MXMOE_REQUIRE(args.experts > 0, "expand: experts must be positive, got ", args.experts);
   MXMOE_REQUIRE(args.act != nullptr && args.codes != nullptr && args.scales != nullptr,
                 "expand: act, codes and scales must not be null");
   if (tokens == 0 || max_active == 0) return;

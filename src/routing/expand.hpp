@@ -25,6 +25,7 @@ struct ExpandArgs {
   bool gather = true;             // true: row r reads token row_pair[r] / top_k; false: row r itself
   int k = 0;                      // K, a multiple of 32
   int top_k = 1;
+  int experts = 0;                // E: the routing's expert_offsets hold E + 1
   ScaleRule rule = ScaleRule::Rceil;
   uint8_t* codes = nullptr;       // [padded rows, K] e4m3
   uint8_t* scales = nullptr;      // swizzled, expand_scale_bytes of them

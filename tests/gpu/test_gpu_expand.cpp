@@ -107,6 +107,7 @@ TEST_P(GpuExpand, MatchesCpuQuantisationAndScaleLayoutByteForByte) {
   a.gather = c.gather;
   a.k = c.k;
   a.top_k = 1;
+  a.experts = cfg.num_experts;
   a.rule = c.rule;
   a.codes = d_codes.get<uint8_t>();
   a.scales = d_scales.get<uint8_t>();
@@ -169,6 +170,13 @@ TEST(GpuExpandErrors, RejectsBadK) {
   routing::ExpandArgs a;
   a.k = 48;
   expect_error_naming([&] { routing::expand_mxfp8(a, routing::RoutingBuffers{}, 1, 1, nullptr); }, "k must be");
+}
+
+TEST(GpuExpandErrors, RejectsNoExperts) {
+  MXMOE_SKIP_WITHOUT_GPU();
+  routing::ExpandArgs a;
+  a.k = 64;
+  expect_error_naming([&] { routing::expand_mxfp8(a, routing::RoutingBuffers{}, 1, 1, nullptr); }, "experts must be");
 }
 
 }  // namespace

@@ -30,7 +30,7 @@ template <int kBlockM>
 __device__ __forceinline__ bool find_block_m_tile(const MmaArgs& a, int x, routing::MTile& tile, bool wait = true) {
   if (wait) cudaGridDependencySynchronize();
   cudaTriggerProgrammaticLaunchCompletion();
-  routing::find_m_tile<kBlockM>(x, a.active_experts, a.active_count, a.expert_offsets, tile);
+  routing::find_m_tile<kBlockM>(x, a.experts, a.expert_offsets, tile);
   __syncthreads();
   return tile.expert >= 0;
 }

@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(kThreads, 1) mx_gemm_kernel(const MxArgs a) {
   cudaGridDependencySynchronize();
   cudaTriggerProgrammaticLaunchCompletion();
   const int x128 = static_cast<int>(blockIdx.x) / 2, half = static_cast<int>(blockIdx.x) % 2;
-  routing::find_m_tile<128>(x128, a.active_experts, a.active_count, a.expert_offsets, tile);
+  routing::find_m_tile<128>(x128, a.experts, a.expert_offsets, tile);
   __syncthreads();
   if (tile.expert < 0) return;
   const int rows = min(kBlockM, tile.rows - kBlockM * half);

@@ -20,19 +20,19 @@ namespace mxmoe::mma {
 __device__ __forceinline__ float bf16_at(const uint16_t* p) { return __bfloat162float(__ushort_as_bfloat16(*p)); }
 
 // Rows [row0, row0 + rows) of the sorted order; the warp's kTiles tiles from first_tile; its groups
-// from n0.
-template <bool kGemm1, int kTiles, int kNb, class Gemm1Index>
-__device__ __forceinline__ void store_swap_rows(const EpilogueArgs& a, const float (&acc)[kTiles][kNb][4], int expert,
-                                                int64_t row0, int rows, int first_tile, int n0, int g, int t,
-                                                Gemm1Index&& gemm1_index) {
-  const uint16_t* bias = a.bias ? a.bias + static_cast<int64_t>(expert) * a.n : nullptr;
+// from n0. bias_at(tile, j): element j (0..15) of the tile's 16 bias rows; row_weight(r): the routing
+// weight of row row0 + r (GEMM2). The wgmma tiles stage both in shared memory before their main loop,
+// so no memory round trip sits on a block's tail.
+template <bool kGemm1, int kTiles, int kNb, class Gemm1Index, class BiasAt, class RowWeight>
+__device__ __forceinline__ void store_swap_rows(const EpilogueArgs& a, const float (&acc)[kTiles][kNb][4], int64_t row0,
+                                                int rows, int first_tile, int n0, int g, int t,
+                                                Gemm1Index&& gemm1_index, BiasAt&& bias_at, RowWeight&& row_weight) {
 #pragma unroll
   for (int q = 0; q < kTiles; ++q) {
     const int ti = first_tile + q;
     // GEMM1: gate and linear of feature f sit at checkpoint rows 2f, 2f+1; GEMM2: columns col, col+8.
     const int f = ti * 8 + g, col = ti * gemv::kTileRows + g;
-    const int b0 = kGemm1 ? 2 * f : col, b1 = kGemm1 ? 2 * f + 1 : col + 8;
-    const float bias0 = bias ? bf16_at(bias + b0) : 0.f, bias1 = bias ? bf16_at(bias + b1) : 0.f;
+    const float bias0 = bias_at(ti, kGemm1 ? 2 * g : g), bias1 = bias_at(ti, kGemm1 ? 2 * g + 1 : g + 8);
 #pragma unroll
     for (int n = 0; n < kNb; ++n)
 #pragma unroll
@@ -45,13 +45,25 @@ __device__ __forceinline__ void store_swap_rows(const EpilogueArgs& a, const flo
           static_cast<__nv_bfloat16*>(a.out)[gemm1_index(row, f)] =
               __float2bfloat16_rn(gemv::swiglu(y0, y1, a.alpha, a.limit));
         } else {
-          const float weight = a.pair_weights[a.row_pair[row]];
+          const float weight = row_weight(r);
           float* out = static_cast<float*>(a.out) + row * a.n + col;
           out[0] = y0 * weight;
           out[8] = y1 * weight;
         }
       }
   }
+}
+
+// The same, the bias and routing weights read from global memory.
+template <bool kGemm1, int kTiles, int kNb, class Gemm1Index>
+__device__ __forceinline__ void store_swap_rows(const EpilogueArgs& a, const float (&acc)[kTiles][kNb][4], int expert,
+                                                int64_t row0, int rows, int first_tile, int n0, int g, int t,
+                                                Gemm1Index&& gemm1_index) {
+  const uint16_t* bias = a.bias ? a.bias + static_cast<int64_t>(expert) * a.n : nullptr;
+  store_swap_rows<kGemm1>(
+      a, acc, row0, rows, first_tile, n0, g, t, gemm1_index,
+      [bias](int ti, int j) { return bias ? bf16_at(bias + ti * gemv::kTileRows + j) : 0.f; },
+      [&a, row0](int r) { return a.pair_weights[a.row_pair[row0 + r]]; });
 }
 
 }  // namespace mxmoe::mma

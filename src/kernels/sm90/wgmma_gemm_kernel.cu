@@ -15,6 +15,7 @@
 
 #include <string_view>
 
+#include "kernels/common/cp_async.cuh"
 #include "kernels/common/pdl_launch.cuh"
 #include "kernels/common/static_smem.hpp"
 #include "kernels/common/tensor_map.hpp"
@@ -134,10 +135,17 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
   // that chunk's wgmmas (the `empty` barriers), so three chunks are in flight while one is computed.
   constexpr int kAhead = kStages - 1;
   constexpr bool kLateRelease = kRows >= 64;
+  // The epilogue's inputs, requested before the main loop, not after it (a memory round trip on every
+  // block's tail: 2-3% of gpt-oss-120b's layer at T = 768 to 1024 on an H100): each warp's 16 bias rows,
+  // and GEMM2's routing weight per row. Not in the 128-row tile, whose wgmmas ptxas then serialises for
+  // want of registers (C7512).
+  constexpr bool kStagedEpilogue = kRows <= 64;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   __shared__ routing::MTile tile;
   __shared__ __align__(8) uint64_t full[kStages];   // a stage's records and activations have landed
   __shared__ __align__(8) uint64_t empty[kStages];  // every warp is done with a stage
+  __shared__ __align__(16) uint16_t bias_rows[kWarps][gemv::kTileRows];
+  __shared__ float row_weights[kGemm1 ? 1 : kRows];
   // The swizzle is a function of the address bits: each stage's lines start 1024-byte aligned.
   uint8_t* smem = smem_raw + ((1024 - (smem_address(smem_raw) & 1023)) & 1023);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -176,6 +184,19 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
   };
   if (producer)
     for (int c = 0; c < kAhead && c < a.chunks; ++c) load(c);
+  // The epilogue's inputs (kStagedEpilogue; launch_wgmma checks the bias's 16-byte alignment and that N
+  // is whole tiles). Warp 15's routing weights delay its first chunk by two loads' latency, under the
+  // first stage's.
+  if constexpr (kStagedEpilogue) {
+    if (my_tile < a.tiles && lane < 2)  // zeros without a bias
+      kernels::cp_async_16(&bias_rows[warp][lane * 8],
+                           a.bias ? a.bias + static_cast<int64_t>(expert) * a.n + my_tile * gemv::kTileRows + lane * 8
+                                  : a.act,
+                           a.bias != nullptr);
+    kernels::cp_async_commit();
+    if (!kGemm1 && warp == kWarps - 1)
+      for (int r = lane; r < tile.rows; r += 32) row_weights[r] = a.pair_weights[a.row_pair[tile.row0 + r]];
+  }
 
   // The warpgroup runs when its first tile exists (its other warps then multiply whatever their
   // records hold, into accumulator rows that are never stored: wgmma_chunk).
@@ -228,6 +249,10 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
   }
   kernels::wgmma_wait<0>();
   kernels::wgmma_fence_operands(acc);
+  if constexpr (kStagedEpilogue) {
+    kernels::cp_async_wait<0>();
+    __syncthreads();  // the routing weights staged by another warp
+  }
 
   const int64_t pitch = padded_k(a.n / 2);
   if (kGemm1 && weight_block == weight_blocks - 1) {
@@ -239,9 +264,14 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
   }
   if (my_tile >= a.tiles) return;
   const float(&acc_tiles)[1][kRows / 8][4] = *reinterpret_cast<const float(*)[1][kRows / 8][4]>(&acc);
-  mma::store_swap_rows<kGemm1>(
-      mma::EpilogueArgs{a.bias, a.n, a.row_pair, a.pair_weights, a.out, a.alpha, a.limit}, acc_tiles, expert,
-      tile.row0, tile.rows, my_tile, 0, g, t, [pitch](int64_t row, int f) { return row * pitch + row_position(f); });
+  const mma::EpilogueArgs epilogue{a.bias, a.n, a.row_pair, a.pair_weights, a.out, a.alpha, a.limit};
+  auto gemm1_index = [pitch](int64_t row, int f) { return row * pitch + row_position(f); };
+  if constexpr (kStagedEpilogue)
+    mma::store_swap_rows<kGemm1>(epilogue, acc_tiles, tile.row0, tile.rows, my_tile, 0, g, t, gemm1_index,
+                                 [my_bias = bias_rows[warp]](int, int j) { return mma::bf16_at(my_bias + j); },
+                                 [](int r) { return row_weights[kGemm1 ? 0 : r]; });
+  else
+    mma::store_swap_rows<kGemm1>(epilogue, acc_tiles, expert, tile.row0, tile.rows, my_tile, 0, g, t, gemm1_index);
 #else
   (void)a;
   __trap();
@@ -324,6 +354,9 @@ void launch_wgmma(const mma::MmaArgs& a, int64_t tokens, int max_active, int row
   // TMA coordinates are 32-bit.
   MXMOE_REQUIRE(tokens * a.top_k < (int64_t{1} << 31), "wgmma: too many rows for the tensor maps: tokens ", tokens);
   if (tokens == 0 || max_active == 0) return;
+  // The epilogue's bias rows arrive by 16-byte copies, a tile's 16 rows at a time.
+  MXMOE_REQUIRE(a.n == a.tiles * gemv::kTileRows, "wgmma: N must be whole 16-row tiles, got ", a.n);
+  MXMOE_REQUIRE(reinterpret_cast<uintptr_t>(a.bias) % 16 == 0, "wgmma: the bias must be 16-byte aligned");
   MXMOE_REQUIRE(a.experts > 0 && a.expert_stride == int64_t{a.tiles} * a.chunks * gemv::kChunkBytes,
                 "wgmma: the weights must be the packed experts back to back (experts ", a.experts, ", stride ",
                 a.expert_stride, ")");
