@@ -59,8 +59,9 @@ struct WgShape {
   static constexpr int kHalfN = kRows > 32 ? kRows / 2 : kRows;
   static constexpr int kThreeQuarterN = kRows == 64 ? 48 : kRows;
   static_assert(kHalfN <= kThreeQuarterN && kThreeQuarterN <= kRows, "the narrower paths, narrowest first");
-  // launch_wgmma's act_half map loads kRows / 2 rows for the half-width path.
+  // launch_wgmma's act_half and act_three_quarter maps load the rows of the narrower paths.
   static_assert(kHalfN == kRows || 2 * kHalfN == kRows, "the half-width path reads half the tile's rows");
+  static_assert(kThreeQuarterN == kRows || 4 * kThreeQuarterN == 3 * kRows, "the N = 48 path reads 3/4 of them");
 };
 
 #if defined(MXMOE_WGMMA_ARCH)
@@ -162,6 +163,7 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
     kernels::tma_prefetch_map(&maps.weights);
     kernels::tma_prefetch_map(&maps.act);
     kernels::tma_prefetch_map(&maps.act_half);
+    kernels::tma_prefetch_map(&maps.act_three_quarter);
     for (int s = 0; s < kStages; ++s) {
       kernels::mbarrier_init(&full[s], 1);
       kernels::mbarrier_init(&empty[s], kWarps);
@@ -174,13 +176,16 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
   const int expert_tile0 = expert * a.tiles + tile0;
   // The narrowest wgmma that covers the m-tile's rows (WgShape: an expert's last m-tile is often
   // nearly empty, gpt-oss-120b at T = 4096 has about 128 +- 11 rows per expert; at T = 1024, 32 +- 6).
-  // The half-width path's stages hold only the rows it reads.
+  // The narrower paths' stages hold only the rows they read (a quarter less L2 traffic for the m-tiles
+  // of 33 to 48 rows, half of gpt-oss-120b's at T = 1024).
   const bool half = S::kHalfN < kRows && tile.rows <= S::kHalfN;
   const bool three_quarter = S::kThreeQuarterN < kRows && tile.rows <= S::kThreeQuarterN;
+  const CUtensorMap* act_map = half ? &maps.act_half : three_quarter ? &maps.act_three_quarter : &maps.act;
+  const uint32_t act_half_bytes = (half ? S::kHalfN : three_quarter ? S::kThreeQuarterN : kRows) * kLineBytes;
   auto load = [&](int c) {
     const int stage = c % kStages;
-    load_stage<S::kHalfBytes, kTiles>(smem + stage * S::kStageBytes, maps, c, expert_tile0, tile.row0, half,
-                                      &full[stage]);
+    load_stage<S::kHalfBytes, kTiles>(smem + stage * S::kStageBytes, maps, act_map, act_half_bytes, c, expert_tile0,
+                                      tile.row0, &full[stage]);
   };
   if (producer)
     for (int c = 0; c < kAhead && c < a.chunks; ++c) load(c);
@@ -378,6 +383,10 @@ void launch_wgmma(const mma::MmaArgs& a, int64_t tokens, int max_active, int row
   const uint32_t act_half_box[] = {kLineBytes / 2, static_cast<uint32_t>(rows / 2)};
   maps.act_half = kernels::encode_tiled_map("wgmma activations (half)", CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, a.act,
                                             act_dims, act_strides, act_half_box, CU_TENSOR_MAP_SWIZZLE_128B);
+  const uint32_t act_three_quarter_box[] = {kLineBytes / 2, static_cast<uint32_t>(rows == 64 ? WgShape<64>::kThreeQuarterN : rows)};
+  maps.act_three_quarter =
+      kernels::encode_tiled_map("wgmma activations (three quarters)", CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, a.act,
+                                act_dims, act_strides, act_three_quarter_box, CU_TENSOR_MAP_SWIZZLE_128B);
   const dim3 grid(static_cast<unsigned>(blocks));
   auto go = [&](auto kernel) {
     kernels::launch_with_pdl(kernel, grid, dim3(kThreads), wgmma_smem_bytes(rows), stream, a, maps);
