@@ -21,8 +21,8 @@ inline int64_t m_tiles_bound(int64_t pairs, int64_t max_active, int block_m) { r
 // `experts` + 1 offsets alone: an expert without rows has no tiles, so scanning every expert numbers
 // the tiles as the active list would. Each lane loads its kPerLane experts' offsets at once: a pass over
 // 128 experts is one memory round trip, which every block of a tensor-core GEMM pays before its first
-// copy (a scan of the active list took two per 32 experts after the count's: 3% of gpt-oss-120b's
-// layer at T = 1024 on an H100, docs/perf-log.md).
+// copy (a scan of the active list took two per 32 experts after the count's: 1-3% of gpt-oss-120b's
+// layer at T = 768 to 2048 on an H100, docs/perf-log.md).
 template <int kBlockM>
 __device__ void find_m_tile(int x, int experts, const int32_t* expert_offsets, MTile& tile) {
   constexpr int kPerLane = 4;

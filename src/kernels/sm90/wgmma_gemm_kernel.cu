@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
   constexpr int kAhead = kStages - 1;
   constexpr bool kLateRelease = kRows >= 64;
   // The epilogue's inputs, requested before the main loop, not after it (a memory round trip on every
-  // block's tail: 2-3% of gpt-oss-120b's layer at T = 768 to 1024 on an H100): each warp's 16 bias rows,
+  // block's tail: 1-2% of gpt-oss-120b's layer at T = 768 to 1024 on an H100): each warp's 16 bias rows,
   // and GEMM2's routing weight per row. Not in the 128-row tile, whose wgmmas ptxas then serialises for
   // want of registers (C7512).
   constexpr bool kStagedEpilogue = kRows <= 64;
@@ -383,7 +383,8 @@ void launch_wgmma(const mma::MmaArgs& a, int64_t tokens, int max_active, int row
   const uint32_t act_half_box[] = {kLineBytes / 2, static_cast<uint32_t>(rows / 2)};
   maps.act_half = kernels::encode_tiled_map("wgmma activations (half)", CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, a.act,
                                             act_dims, act_strides, act_half_box, CU_TENSOR_MAP_SWIZZLE_128B);
-  const uint32_t act_three_quarter_box[] = {kLineBytes / 2, static_cast<uint32_t>(rows == 64 ? WgShape<64>::kThreeQuarterN : rows)};
+  const int three_quarter_rows = rows == 64 ? WgShape<64>::kThreeQuarterN : rows;  // other tiles: unused
+  const uint32_t act_three_quarter_box[] = {kLineBytes / 2, static_cast<uint32_t>(three_quarter_rows)};
   maps.act_three_quarter =
       kernels::encode_tiled_map("wgmma activations (three quarters)", CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, a.act,
                                 act_dims, act_strides, act_three_quarter_box, CU_TENSOR_MAP_SWIZZLE_128B);
