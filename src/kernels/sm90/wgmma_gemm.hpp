@@ -9,8 +9,9 @@
 // Block: 4 warpgroups (16 warps), warp i one 16-row weight tile (256 weight rows per block: each
 // staged row of activations feeds 256 weight rows, half the L2 reads of 128; on an H200 faster than
 // 128 rows at 2 blocks per SM and than 192 rows with 12 warps: docs/perf-log.md) x
-// `rows` rows of an expert, K in chunks of 128 through a 4-stage ring that one thread fills by tensor
-// copies (wgmma_stage.cuh), three chunks ahead. The activations come in chunk order
+// `rows` rows of an expert, K in chunks of 128 through a ring of 4 stages (3 in the 64-row tile, which
+// runs two blocks per SM as the 32-row one does) that one thread fills by tensor copies
+// (wgmma_stage.cuh), all but one stage ahead. The activations come in chunk order
 // (chunk_order.hpp), rows padded to whole chunks and in sorted row order: GEMM1's from
 // to_chunk_order() with the routing's row_pair (the tokens expanded to their rows), GEMM2's from
 // GEMM1's epilogue, which writes them so. MmaArgs::k is therefore the padded row length, not K (the

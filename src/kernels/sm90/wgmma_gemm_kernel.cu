@@ -37,9 +37,6 @@ constexpr int kWarps = 16;
 constexpr int kThreads = kWarps * 32;
 constexpr int kTiles = kWarps;  // one 16-row weight tile per warp
 static_assert(kTiles * gemv::kTileRows == kBlockWeightRows, "a 16-row weight tile per warp");
-// Four stages (197 KB at 128 rows, 101 KB at 32: two blocks of the 32-row tile fit an SM); six for the
-// 64-row tile were slower on an H200 (docs/perf-log.md).
-constexpr int kStages = 4;
 constexpr int kLineBytes = 128;  // one swizzle line: 64 bf16 of K
 
 template <int kRows>
@@ -48,10 +45,16 @@ struct WgShape {
   static constexpr int kHalfBytes = kRows * kLineBytes;  // 64 of K, every row
   static constexpr int kActBytes = 2 * kHalfBytes;
   static constexpr int kStageBytes = (kActBytes + kTiles * gemv::kChunkBytes + 1023) / 1024 * 1024;
+  // The 32- and 64-row tiles run two blocks per SM, 32 warps to hide the latency of each warp's chain
+  // (shared-memory words, decode, wgmma) at 64 registers a thread; one block of the 128-row tile. At 64
+  // registers ptxas serialises the 64-row tile's wgmmas (C7511: its 32 accumulators leave no room for a
+  // queued group), but the SM's 8 warpgroups hide that: on an H100, one block of it per SM took 920 us
+  // of gpt-oss-120b's layer at T = 1024, two 860 (docs/perf-log.md).
+  static constexpr int kBlocksPerSm = kRows <= 64 ? 2 : 1;
+  // Ring stages: four (197 KB at 128 rows, 101 KB at 32), three for the 64-row tile, whose two blocks
+  // fit an SM only so (2 x 102 KB); six for the 64-row tile at one block per SM were slower on an H200.
+  static constexpr int kStages = kRows == 64 ? 3 : 4;
   static constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + the base's alignment to 1024
-  // The 32-row tile (few rows per expert, where the decode sets the pace) runs two blocks per SM, 32
-  // warps to hide the decode's latency (64 registers a thread); one block of the wider tiles.
-  static constexpr int kBlocksPerSm = kRows <= 32 ? 2 : 1;
   // The narrower wgmmas of m-tiles with fewer rows (kRows where the tile has none): half the width in
   // the 64- and 128-row tiles, three quarters in the 64-row tile. More paths (a quarter or three
   // quarters of the 128-row tile, half of the 32-row tile) made ptxas serialise the wgmmas for want of
@@ -133,9 +136,10 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
   using S = WgShape<kRows>;
   using Atom = mma::Bf16Atom<kWideScales>;
   // Chunk c + kAhead is requested during chunk c, into chunk c - 1's stage once every warp has retired
-  // that chunk's wgmmas (the `empty` barriers), so three chunks are in flight while one is computed.
+  // that chunk's wgmmas (the `empty` barriers), so kStages - 1 chunks are in flight while one is computed.
+  constexpr int kStages = S::kStages;
   constexpr int kAhead = kStages - 1;
-  constexpr bool kLateRelease = kRows >= 64;
+  constexpr bool kLateRelease = S::kBlocksPerSm == 1;
   // The epilogue's inputs, requested before the main loop, not after it (a memory round trip on every
   // block's tail: 1-2% of gpt-oss-120b's layer at T = 768 to 1024 on an H100): each warp's 16 bias rows,
   // and GEMM2's routing weight per row. Not in the 128-row tile, whose wgmmas ptxas then serialises for
@@ -214,10 +218,11 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
     // Chunk c - 1's wgmma groups are all retired after word 1's wait: then its stage is released, and the
     // producer refills it with chunk c + kAhead once every warp has (a warp arrives only after waiting
     // for chunk c, which the producer requested after the previous phase of that stage completed, so no
-    // arrival lands in the wrong phase). The 64- and 128-row tiles do both after the chunk's last group
+    // arrival lands in the wrong phase). The 128-row tile does both after the chunk's last group
     // (kLateRelease), out of the wgmma sequence; with a branch between the groups ptxas rebuilds every
-    // wgmma descriptor from scratch, about 15% of the chunk's instructions. The 32-row tile releases
-    // within the chunk: moved out, its 64 registers no longer keep the wgmmas asynchronous (C7512).
+    // wgmma descriptor from scratch, about 15% of the chunk's instructions. The tiles at two blocks per
+    // SM release within the chunk: moved out, the 32-row tile's 64 registers no longer keep the wgmmas
+    // asynchronous (C7512), and the 64-row tile's ring is one chunk shorter.
     auto release = [&] {
       if (lane == 0 && c > 0) kernels::mbarrier_arrive(&empty[(c - 1) % kStages]);
     };
