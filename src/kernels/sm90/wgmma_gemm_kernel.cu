@@ -166,8 +166,9 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
   if (producer) {
     kernels::tma_prefetch_map(&maps.weights);
     kernels::tma_prefetch_map(&maps.act);
-    kernels::tma_prefetch_map(&maps.act_half);
-    kernels::tma_prefetch_map(&maps.act_three_quarter);
+    // The narrower paths' maps only where the tile has those paths (launch_wgmma leaves the others zero).
+    if constexpr (S::kHalfN < kRows) kernels::tma_prefetch_map(&maps.act_half);
+    if constexpr (S::kThreeQuarterN < kRows) kernels::tma_prefetch_map(&maps.act_three_quarter);
     for (int s = 0; s < kStages; ++s) {
       kernels::mbarrier_init(&full[s], 1);
       kernels::mbarrier_init(&empty[s], kWarps);
@@ -378,7 +379,7 @@ void launch_wgmma(const mma::MmaArgs& a, int64_t tokens, int max_active, int row
   const unsigned m_blocks = mma::m_tile_blocks(a, tokens, max_active, rows);
   const int64_t blocks = static_cast<int64_t>(m_blocks) * ((a.tiles + kTiles - 1) / kTiles);
   MXMOE_REQUIRE(blocks < (int64_t{1} << 31), "wgmma: too many blocks (", blocks, ")");
-  WgmmaMaps maps;
+  WgmmaMaps maps{};  // the maps a tile never reads (WgShape's narrower paths) stay zero and unprefetched
   const uint64_t record_dims[] = {kRecordWords, static_cast<uint64_t>(a.chunks),
                                   static_cast<uint64_t>(a.experts) * static_cast<uint64_t>(a.tiles)};
   const uint64_t record_strides[] = {gemv::kChunkBytes, static_cast<uint64_t>(a.chunks) * gemv::kChunkBytes};
@@ -387,17 +388,14 @@ void launch_wgmma(const mma::MmaArgs& a, int64_t tokens, int max_active, int row
                                            record_strides, record_box, CU_TENSOR_MAP_SWIZZLE_NONE);
   const uint64_t act_dims[] = {static_cast<uint64_t>(a.k), static_cast<uint64_t>(tokens * a.top_k)};
   const uint64_t act_strides[] = {static_cast<uint64_t>(a.k) * 2};
-  const uint32_t act_box[] = {kLineBytes / 2, static_cast<uint32_t>(rows)};
-  maps.act = kernels::encode_tiled_map("wgmma activations", CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, a.act, act_dims,
-                                       act_strides, act_box, CU_TENSOR_MAP_SWIZZLE_128B);
-  const uint32_t act_half_box[] = {kLineBytes / 2, static_cast<uint32_t>(rows / 2)};
-  maps.act_half = kernels::encode_tiled_map("wgmma activations (half)", CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, a.act,
-                                            act_dims, act_strides, act_half_box, CU_TENSOR_MAP_SWIZZLE_128B);
-  const int three_quarter_rows = rows == 64 ? WgShape<64>::kThreeQuarterN : rows;  // other tiles: unused
-  const uint32_t act_three_quarter_box[] = {kLineBytes / 2, static_cast<uint32_t>(three_quarter_rows)};
-  maps.act_three_quarter =
-      kernels::encode_tiled_map("wgmma activations (three quarters)", CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, a.act,
-                                act_dims, act_strides, act_three_quarter_box, CU_TENSOR_MAP_SWIZZLE_128B);
+  auto act_map = [&](const char* what, int box_rows) {
+    const uint32_t box[] = {kLineBytes / 2, static_cast<uint32_t>(box_rows)};
+    return kernels::encode_tiled_map(what, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, a.act, act_dims, act_strides, box,
+                                     CU_TENSOR_MAP_SWIZZLE_128B);
+  };
+  maps.act = act_map("wgmma activations", rows);
+  if (rows > 32) maps.act_half = act_map("wgmma activations (half)", rows / 2);
+  if (rows == 64) maps.act_three_quarter = act_map("wgmma activations (three quarters)", WgShape<64>::kThreeQuarterN);
   const dim3 grid(static_cast<unsigned>(blocks));
   auto go = [&](auto kernel) {
     kernels::launch_with_pdl(kernel, grid, dim3(kThreads), wgmma_smem_bytes(rows), stream, a, maps);
