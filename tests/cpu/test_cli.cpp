@@ -225,6 +225,14 @@ TEST_F(CliTest, SoakWithoutGpuIsAnErrorAndBadCountsAreUsageErrors) {
   EXPECT_CLEAN_ERROR(run("soak --max-tokens -5"), 2);
 }
 
+TEST_F(CliTest, BenchBadTimingOptionsAreUsageErrors) {
+  for (const char* args : {"bench --warmup-ms -1", "bench --warmup-ms 1e9", "bench --warmup-ms soon", "bench --iterations 3"}) {
+    const CliResult r = run(args);
+    EXPECT_CLEAN_ERROR(r, 2);
+    EXPECT_NE(r.err.find(std::string(args).substr(6, 10)), std::string::npos) << args << ": " << r.err;
+  }
+}
+
 TEST_F(CliTest, ProbeText) {
   const CliResult r = run("probe");
   EXPECT_EQ(r.exit_code, 0) << r.err;

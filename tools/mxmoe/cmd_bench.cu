@@ -24,6 +24,7 @@
 #include "kernels/mma/mma_gemm.hpp"
 #include "kernels/sm90/wgmma_gemm.hpp"
 #include "moe/device_buffer.hpp"
+#include "moe/gpu_monitor.hpp"
 #include "moe/tune_table.hpp"
 #include "mxmoe/mxmoe.hpp"
 
@@ -42,6 +43,9 @@ struct BenchOptions {
   std::vector<int64_t> tokens = {1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096};
   std::string backend = "auto";
   int iterations = 60, warmup = 10;
+  // Replays before timing for at least this long: an H100 at gpt-oss-120b's T = 1024 reaches its power
+  // cap about 0.6 s into a run and then lowers its clock, so a short warm-up times a cool chip.
+  double warmup_ms = 2000;
   int layers = 0;  // 0: enough to exceed 4x the L2 cache with the experts one batch touches
   std::string json_path;
   std::string tune_path;  // --tune: measure the families and tiles per T and write the planner's table
@@ -54,9 +58,21 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-// Times `body` (enqueued on `stream`) captured in a graph: median over `iterations` replays, ms.
+struct WarmUp {
+  int replays = 0;  // at least this many
+  double ms = 0;    // and for at least this long
+};
+
+struct Timing {
+  double ms = 0;          // median replay
+  GpuSampleSummary gpu;   // the clocks and power of the timed replays
+};
+
+// Times `body` (enqueued on `stream`) captured in a graph: median over `iterations` replays, ms. The
+// warm-up replays are synchronised one by one as the timed ones are, so the chip warms up under the
+// same duty cycle that is then timed.
 template <class Body>
-double time_graph(cudaStream_t stream, int warmup, int iterations, Body&& body) {
+Timing time_graph(cudaStream_t stream, WarmUp warmup, int iterations, GpuMonitor& monitor, Body&& body) {
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   MXMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
@@ -66,7 +82,15 @@ double time_graph(cudaStream_t stream, int warmup, int iterations, Body&& body) 
   cudaEvent_t start, stop;
   MXMOE_CUDA_CHECK(cudaEventCreate(&start));
   MXMOE_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < warmup; ++i) MXMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  const auto warm_start = std::chrono::steady_clock::now();
+  for (int i = 0; i < warmup.replays ||
+                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - warm_start).count() <
+                      warmup.ms;
+       ++i) {
+    MXMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    MXMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+  monitor.start();
   std::vector<double> times;
   for (int i = 0; i < iterations; ++i) {
     MXMOE_CUDA_CHECK(cudaEventRecord(start, stream));
@@ -77,11 +101,12 @@ double time_graph(cudaStream_t stream, int warmup, int iterations, Body&& body) 
     MXMOE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
     times.push_back(ms);
   }
+  Timing timing{median(times), monitor.stop()};
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
-  return median(times);
+  return timing;
 }
 
 __global__ void copy_kernel(const uint4* __restrict__ src, uint4* __restrict__ dst, size_t n) {
@@ -89,17 +114,47 @@ __global__ void copy_kernel(const uint4* __restrict__ src, uint4* __restrict__ d
     dst[i] = src[i];
 }
 
+// The record's "gpu" object of a timed phase (bench/README.md); null without samples.
+nlohmann::ordered_json gpu_json(const GpuSampleSummary& g) {
+  if (g.samples == 0) return nullptr;
+  nlohmann::ordered_json j;
+  j["samples"] = g.samples;
+  j["sm_clock_mhz"] = g.sm_mhz_median;
+  j["sm_clock_min_mhz"] = g.sm_mhz_min;
+  j["power_w"] = g.power_w_median;
+  j["limited_fraction"] = g.limited_fraction;
+  j["reasons"] = clock_reason_names(g.reasons_seen);
+  return j;
+}
+
+// " at 1755 MHz, sw_power_cap in 80% of samples" for the table's header line.
+std::string clock_note(const GpuSampleSummary& g) {
+  if (g.samples == 0) return "";
+  std::ostringstream out;
+  out << " at " << std::fixed << std::setprecision(0) << g.sm_mhz_median << " MHz";
+  if (g.limited_fraction > 0)
+    out << ", " << clock_reason_names(g.reasons_seen & kClockLimitReasons) << " in " << 100 * g.limited_fraction
+        << "% of samples";
+  return out.str();
+}
+
+// A measured ceiling and the clocks it ran at.
+struct Ceiling {
+  double rate = 0;
+  GpuSampleSummary gpu;
+};
+
 // Device-to-device copy of 1 GiB by a kernel (a graph memcpy node may go to the slower copy
 // engine); bytes read plus bytes written per second, GB/s.
-double measure_copy_gbps(cudaStream_t stream, int sm_count) {
+Ceiling measure_copy(cudaStream_t stream, int sm_count, double warmup_ms, GpuMonitor& monitor) {
   const size_t bytes = size_t{1} << 30;
   DevBuf a(bytes), b(bytes);
   MXMOE_CUDA_CHECK(cudaMemset(a.get(), 1, bytes));
-  const double ms = time_graph(stream, 3, 20, [&] {
+  const Timing t = time_graph(stream, {3, warmup_ms}, 20, monitor, [&] {
     copy_kernel<<<sm_count * 8, 512, 0, stream>>>(a.get<uint4>(), b.get<uint4>(), bytes / 16);
     MXMOE_CUDA_CHECK_LAUNCH();
   });
-  return 2.0 * bytes / (ms * 1e-3) / 1e9;
+  return {2.0 * bytes / (t.ms * 1e-3) / 1e9, t.gpu};
 }
 
 __global__ void fill_random_bf16(__nv_bfloat16* p, size_t n, uint32_t seed) {
@@ -113,7 +168,7 @@ __global__ void fill_random_bf16(__nv_bfloat16* p, size_t n, uint32_t seed) {
 }
 
 // cuBLAS bf16 GEMM (fp32 accumulate), 8192^3, random data: TFLOP/s.
-double measure_bf16_tflops(cudaStream_t stream) {
+Ceiling measure_bf16(cudaStream_t stream, double warmup_ms, GpuMonitor& monitor) {
   const int n = 8192;
   const size_t count = size_t{n} * n;
   DevBuf a(count * 2), b(count * 2), c(count * 2);
@@ -132,9 +187,9 @@ double measure_bf16_tflops(cudaStream_t stream) {
   };
   gemm();  // cuBLAS picks and loads its kernel outside the capture
   MXMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-  const double ms = time_graph(stream, 3, 20, gemm);
+  const Timing t = time_graph(stream, {3, warmup_ms}, 20, monitor, gemm);
   cublasDestroy(handle);
-  return 2.0 * n * n * double(n) / (ms * 1e-3) / 1e12;
+  return {2.0 * n * n * double(n) / (t.ms * 1e-3) / 1e12, t.gpu};
 }
 
 // The commit a record names: MXMOE_COMMIT from the environment (scripts pass it to machines whose
@@ -175,7 +230,7 @@ void progress(size_t done, size_t total, const std::string& what) {
 // of the batch sizes on either side.
 void write_tune_table(const BenchOptions& o, const MoeConfig& cfg, const GpuInfo& gpu, const MoeLayerData& host,
                       int layers, const DevBuf& d_hidden, const DevBuf& d_out, const std::vector<DevBuf>& d_logits,
-                      cudaStream_t stream) {
+                      cudaStream_t stream, GpuMonitor& monitor) {
   struct Candidate {
     const char* name;
     Backend backend;
@@ -233,12 +288,12 @@ void write_tune_table(const BenchOptions& o, const MoeConfig& cfg, const GpuInfo
     if (runners.empty()) continue;
     DevBuf ws(std::max<size_t>(runners[0].workspace_bytes(), 1));
     for (size_t ti = 0; ti < tokens.size(); ++ti) {
-      const double ms = time_graph(stream, o.warmup, o.iterations, [&] {
+      const Timing timing = time_graph(stream, {o.warmup, o.warmup_ms}, o.iterations, monitor, [&] {
         for (int l = 0; l < layers; ++l)
           runners[l].forward(d_hidden.get<uint16_t>(), d_logits[l].get<float>(), tokens[ti], d_out.get<uint16_t>(),
                              ws.get(), ws.bytes(), stream);
       });
-      us[c][ti] = ms * 1e3 / layers;
+      us[c][ti] = timing.ms * 1e3 / layers;
     }
     progress(c + 1, std::size(candidates), "tune candidates");
   }
@@ -300,8 +355,11 @@ int run_bench(const BenchOptions& o) {
   cudaStream_t stream;
   MXMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   std::cerr << "measuring ceilings (copy bandwidth, cuBLAS bf16 GEMM)...\n";
-  const double copy_gbps = measure_copy_gbps(stream, gpu.sm_count);
-  const double bf16_tflops = measure_bf16_tflops(stream);
+  GpuMonitor monitor(gpu.index);
+  if (!monitor.available()) std::cerr << "no clock and power samples: " << monitor.why_unavailable() << "\n";
+  const Ceiling copy = measure_copy(stream, gpu.sm_count, o.warmup_ms, monitor);
+  const Ceiling bf16 = measure_bf16(stream, o.warmup_ms, monitor);
+  const double copy_gbps = copy.rate, bf16_tflops = bf16.rate;
 
   // Bytes one expert streams: MXFP4 blocks + e8m0 scales of both GEMMs (biases are noise).
   const double h = cfg.hidden, i = cfg.intermediate;
@@ -351,33 +409,41 @@ int run_bench(const BenchOptions& o) {
   record["layers_rotated"] = layers;
   record["l2_bytes"] = gpu.l2_bytes;
   record["iterations"] = o.iterations;
+  record["warmup_ms"] = o.warmup_ms;
   record["copy_gbps"] = copy_gbps;
   record["bf16_tflops"] = bf16_tflops;
+  record["sm_clock_max_mhz"] = monitor.max_sm_mhz();
+  record["ceilings_gpu"] = {{"copy", gpu_json(copy.gpu)}, {"bf16", gpu_json(bf16.gpu)}};
   record["rows"] = nlohmann::json::array();
 
   std::ostringstream table;
-  table << "device " << gpu.name << " | copy " << std::fixed << std::setprecision(0) << copy_gbps << " GB/s | bf16 "
-        << bf16_tflops << " TFLOP/s | " << cfg.name << " | " << layers << " layers rotated\n";
+  table << "device " << gpu.name << " | copy " << std::fixed << std::setprecision(0) << copy_gbps << " GB/s"
+        << clock_note(copy.gpu) << " | bf16 " << bf16_tflops << " TFLOP/s" << clock_note(bf16.gpu) << " | " << cfg.name
+        << " | " << layers << " layers rotated | warm-up " << o.warmup_ms << " ms\n";
   table << std::setw(6) << "T" << std::setw(11) << "us/layer" << std::setw(9) << "experts" << std::setw(10) << "GB/s"
-        << std::setw(8) << "%copy" << std::setw(9) << "TFLOP/s" << std::setw(8) << "%bf16" << "  backend / plan\n";
+        << std::setw(8) << "%copy" << std::setw(9) << "TFLOP/s" << std::setw(8) << "%bf16" << std::setw(7) << "MHz"
+        << std::setw(5) << "W" << "  backend / plan\n";
+  bool any_limited = false;
   size_t done = 0;
   for (const int64_t t : o.tokens) {
-    const double ms = time_graph(stream, o.warmup, o.iterations, [&] {
+    const Timing timing = time_graph(stream, {o.warmup, o.warmup_ms}, o.iterations, monitor, [&] {
       for (int l = 0; l < layers; ++l)
         runners[l].forward(d_hidden.get<uint16_t>(), d_logits[l].get<float>(), t, d_out.get<uint16_t>(), d_ws.get(),
                            d_ws.bytes(), stream);
     });
+    const double ms = timing.ms;
     const double us = ms * 1e3 / layers;
     // Per-stage times: graphs of the first n stages, differences of their medians.
     std::vector<double> stage_us;
     if (o.stages) {
       double before = 0;
       for (int n = 1; n <= MoeRunner::kAllStages; ++n) {
-        const double stage_ms = n == MoeRunner::kAllStages ? ms : time_graph(stream, o.warmup, o.iterations, [&] {
-          for (int l = 0; l < layers; ++l)
-            runners[l].forward_stages(d_hidden.get<uint16_t>(), d_logits[l].get<float>(), t, d_out.get<uint16_t>(),
-                                      d_ws.get(), d_ws.bytes(), stream, n);
-        });
+        const double stage_ms =
+            n == MoeRunner::kAllStages ? ms : time_graph(stream, {o.warmup, o.warmup_ms}, o.iterations, monitor, [&] {
+              for (int l = 0; l < layers; ++l)
+                runners[l].forward_stages(d_hidden.get<uint16_t>(), d_logits[l].get<float>(), t,
+                                          d_out.get<uint16_t>(), d_ws.get(), d_ws.bytes(), stream, n);
+            }).ms;
         const double cumulative = stage_ms * 1e3 / layers;
         stage_us.push_back(cumulative - before);
         before = cumulative;
@@ -407,18 +473,29 @@ int run_bench(const BenchOptions& o) {
     row["memory_floor_us"] = touched * expert_bytes / (copy_gbps * 1e9) * 1e6;
     row["backend"] = to_string(runners[0].backend());
     row["tile"] = plan;
+    row["gpu"] = gpu_json(timing.gpu);
     if (o.stages)
       row["stages_us"] = {{"route", stage_us[0]}, {"gemm1", stage_us[1]}, {"gemm2", stage_us[2]}, {"combine", stage_us[3]}};
     record["rows"].push_back(row);
     table << std::setw(6) << t << std::setw(11) << std::setprecision(1) << us << std::setw(9) << touched
           << std::setw(10) << std::setprecision(0) << gbps << std::setw(7) << std::setprecision(1)
           << 100.0 * gbps / copy_gbps << "%" << std::setw(9) << std::setprecision(1) << tflops << std::setw(7)
-          << 100.0 * tflops / bf16_tflops << "%  " << plan << "\n";
+          << 100.0 * tflops / bf16_tflops << "%";
+    if (timing.gpu.samples > 0) {
+      const bool limited = timing.gpu.limited_fraction > 0;
+      any_limited |= limited;
+      table << std::setw(6) << std::setprecision(0) << timing.gpu.sm_mhz_median << (limited ? "*" : " ") << std::setw(5)
+            << timing.gpu.power_w_median;
+    } else {
+      table << std::setw(7) << "-" << std::setw(5) << "-";
+    }
+    table << "  " << plan << "\n";
     if (o.stages)
       table << "        stages us: route " << std::setprecision(1) << stage_us[0] << ", gemm1 " << stage_us[1]
             << ", gemm2 " << stage_us[2] << ", combine " << stage_us[3] << "\n";
     progress(++done, o.tokens.size(), "batch sizes");
   }
+  if (any_limited) table << "* the power or thermal limit lowered the SM clock during the timed replays\n";
   std::cout << table.str();
   if (!o.json_path.empty()) {
     std::ofstream f(o.json_path);
@@ -428,7 +505,7 @@ int run_bench(const BenchOptions& o) {
   }
   if (!o.tune_path.empty()) {
     runners.clear();  // the candidates below need the device memory
-    write_tune_table(o, cfg, gpu, host, layers, d_hidden, d_out, d_logits, stream);
+    write_tune_table(o, cfg, gpu, host, layers, d_hidden, d_out, d_logits, stream, monitor);
   }
   cudaStreamDestroy(stream);
   return kExitOk;
@@ -447,7 +524,11 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--tokens", o->tokens, "Batch sizes to time")->delimiter(',')->capture_default_str();
   cmd->add_option("--backend", o->backend, "Backend: " + joined(backend_names()))->capture_default_str();
   cmd->add_option("--iterations", o->iterations, "Timed graph replays per batch (median)")->check(CLI::Range(50, 100000))->capture_default_str();
-  cmd->add_option("--warmup", o->warmup, "Untimed replays first")->capture_default_str();
+  cmd->add_option("--warmup", o->warmup, "Untimed replays first (at least)")->capture_default_str();
+  cmd->add_option("--warmup-ms", o->warmup_ms,
+                  "Untimed replays first for at least this long, so clocks and power settle as in sustained use")
+      ->check(CLI::Range(0.0, 60000.0))
+      ->capture_default_str();
   cmd->add_option("--layers", o->layers, "Layers to rotate (0: enough to exceed 4x L2)")->capture_default_str();
   cmd->add_option("--json", o->json_path, "Write the benchmark record (bench/README.md) to this file");
   cmd->add_flag("--stages", o->stages, "Also time each stage (route, gemm1, gemm2, combine)");
