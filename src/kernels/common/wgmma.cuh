@@ -65,6 +65,23 @@ __device__ __forceinline__ void wgmma_fence_operands(float (&d)[kRegs]) {
 
 // D (64 x N, fp32) += A (64 x 16 bf16, registers) x B (N rows x 16 of K, bf16, shared memory through
 // `desc`), by the whole warpgroup.
+__device__ __forceinline__ void wgmma_m64n24k16_bf16_rs(float (&d)[12], uint32_t a0, uint32_t a1, uint32_t a2,
+                                                        uint32_t a3, uint64_t desc) {
+#if defined(MXMOE_WGMMA_ARCH)
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %17, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n24k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11}, "
+      "{%12,%13,%14,%15}, %16, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
+#else
+  (void)d, (void)a0, (void)a1, (void)a2, (void)a3, (void)desc;
+  __trap();
+#endif
+}
+
 __device__ __forceinline__ void wgmma_m64n32k16_bf16_rs(float (&d)[16], uint32_t a0, uint32_t a1, uint32_t a2,
                                                         uint32_t a3, uint64_t desc) {
 #if defined(MXMOE_WGMMA_ARCH)
@@ -75,6 +92,24 @@ __device__ __forceinline__ void wgmma_m64n32k16_bf16_rs(float (&d)[16], uint32_t
       "{%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
+#else
+  (void)d, (void)a0, (void)a1, (void)a2, (void)a3, (void)desc;
+  __trap();
+#endif
+}
+
+__device__ __forceinline__ void wgmma_m64n40k16_bf16_rs(float (&d)[20], uint32_t a0, uint32_t a1, uint32_t a2,
+                                                        uint32_t a3, uint64_t desc) {
+#if defined(MXMOE_WGMMA_ARCH)
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %25, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n40k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19}, "
+      "{%20,%21,%22,%23}, %24, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
 #else
   (void)d, (void)a0, (void)a1, (void)a2, (void)a3, (void)desc;
@@ -93,6 +128,25 @@ __device__ __forceinline__ void wgmma_m64n48k16_bf16_rs(float (&d)[24], uint32_t
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
+#else
+  (void)d, (void)a0, (void)a1, (void)a2, (void)a3, (void)desc;
+  __trap();
+#endif
+}
+
+__device__ __forceinline__ void wgmma_m64n56k16_bf16_rs(float (&d)[28], uint32_t a0, uint32_t a1, uint32_t a2,
+                                                        uint32_t a3, uint64_t desc) {
+#if defined(MXMOE_WGMMA_ARCH)
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %33, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n56k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27}, "
+      "{%28,%29,%30,%31}, %32, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
 #else
   (void)d, (void)a0, (void)a1, (void)a2, (void)a3, (void)desc;

@@ -55,17 +55,41 @@ struct WgShape {
   // fit an SM only so (2 x 102 KB); six for the 64-row tile at one block per SM were slower on an H200.
   static constexpr int kStages = kRows == 64 ? 3 : 4;
   static constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + the base's alignment to 1024
-  // The narrower wgmmas of m-tiles with fewer rows (kRows where the tile has none): half the width in
-  // the 64- and 128-row tiles, three quarters in the 64-row tile. More paths (a quarter or three
-  // quarters of the 128-row tile, half of the 32-row tile) made ptxas serialise the wgmmas for want of
-  // registers.
-  static constexpr int kHalfN = kRows > 32 ? kRows / 2 : kRows;
-  static constexpr int kThreeQuarterN = kRows == 64 ? 48 : kRows;
-  static_assert(kHalfN <= kThreeQuarterN && kThreeQuarterN <= kRows, "the narrower paths, narrowest first");
-  // launch_wgmma's act_half and act_three_quarter maps load the rows of the narrower paths.
-  static_assert(kHalfN == kRows || 2 * kHalfN == kRows, "the half-width path reads half the tile's rows");
-  static_assert(kThreeQuarterN == kRows || 4 * kThreeQuarterN == 3 * kRows, "the N = 48 path reads 3/4 of them");
+  // The narrower wgmmas of m-tiles with fewer rows, narrowest first, each loading only the rows it
+  // reads: in the 64-row tile every multiple of 8 from 24 (gpt-oss-120b has 32 +- 6 rows per expert at
+  // T = 1024, 24 +- 5 at 768, 48 +- 7 at 1536; at a power-capped H100's T = 1024 the 40-row path alone,
+  // with 32 and 48, took 889-894 -> 867-873 us: fewer wasted MMAs and loaded rows, less energy); half
+  // the width in the 128-row tile; none in the 32-row tile. More paths in the 128-row tile (a quarter
+  // or three quarters) or in the 32-row tile made ptxas serialise their wgmmas for want of registers.
+  static constexpr int kNarrowPaths = kRows == 64 ? 5 : kRows == 128 ? 1 : 0;
+  static constexpr int narrow_n(int path) { return kRows == 64 ? 24 + 8 * path : kRows / 2; }
+  // The width of a path: a narrower one's, or the tile's (path kNarrowPaths).
+  static constexpr int path_n(int path) { return path < kNarrowPaths ? narrow_n(path) : kRows; }
+  static_assert(kNarrowPaths <= kMaxNarrowPaths, "WgmmaMaps holds a map per narrower path");
+  static_assert(kNarrowPaths == 0 || (narrow_n(kNarrowPaths - 1) < kRows && narrow_n(0) % 8 == 0),
+                "narrower paths are narrower, in whole 8-row swizzle groups");
 };
+
+// The narrowest path of WgShape S whose width covers `rows`.
+template <class S>
+__device__ __forceinline__ int narrowest_path(int rows) {
+  int path = S::kNarrowPaths;
+#pragma unroll
+  for (int p = S::kNarrowPaths - 1; p >= 0; --p)
+    if (rows <= S::narrow_n(p)) path = p;
+  return path;
+}
+
+// f(std::integral_constant<int, N>) with N the width of `path` (a branch per path).
+template <class S, int kPath = 0, class F>
+__device__ __forceinline__ void with_path_width(int path, F&& f) {
+  if constexpr (kPath == S::kNarrowPaths)
+    f(std::integral_constant<int, S::path_n(kPath)>{});
+  else if (path == kPath)
+    f(std::integral_constant<int, S::path_n(kPath)>{});
+  else
+    with_path_width<S, kPath + 1>(path, f);
+}
 
 #if defined(MXMOE_WGMMA_ARCH)
 __device__ __forceinline__ uint32_t smem_address(const void* p) {
@@ -73,7 +97,7 @@ __device__ __forceinline__ uint32_t smem_address(const void* p) {
 }
 #endif
 
-// The wgmma of N = kN (32, 48, 64 or 128).
+// The wgmma of N = kN (24 to 64 in steps of 8, or 128).
 template <int kN>
 __device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint64_t desc) {
@@ -81,10 +105,16 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], uint32_t a0, uint32
     kernels::wgmma_m64n128k16_bf16_rs(d, a0, a1, a2, a3, desc);
   else if constexpr (kN == 64)
     kernels::wgmma_m64n64k16_bf16_rs(d, a0, a1, a2, a3, desc);
+  else if constexpr (kN == 56)
+    kernels::wgmma_m64n56k16_bf16_rs(d, a0, a1, a2, a3, desc);
   else if constexpr (kN == 48)
     kernels::wgmma_m64n48k16_bf16_rs(d, a0, a1, a2, a3, desc);
-  else
+  else if constexpr (kN == 40)
+    kernels::wgmma_m64n40k16_bf16_rs(d, a0, a1, a2, a3, desc);
+  else if constexpr (kN == 32)
     kernels::wgmma_m64n32k16_bf16_rs(d, a0, a1, a2, a3, desc);
+  else
+    kernels::wgmma_m64n24k16_bf16_rs(d, a0, a1, a2, a3, desc);
 }
 
 // One chunk of one warpgroup: the warp's tile record decoded word by word, each word's two K steps
@@ -167,8 +197,8 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
     kernels::tma_prefetch_map(&maps.weights);
     kernels::tma_prefetch_map(&maps.act);
     // The narrower paths' maps only where the tile has those paths (launch_wgmma leaves the others zero).
-    if constexpr (S::kHalfN < kRows) kernels::tma_prefetch_map(&maps.act_half);
-    if constexpr (S::kThreeQuarterN < kRows) kernels::tma_prefetch_map(&maps.act_three_quarter);
+#pragma unroll
+    for (int p = 0; p < S::kNarrowPaths; ++p) kernels::tma_prefetch_map(&maps.act_narrow[p]);
     for (int s = 0; s < kStages; ++s) {
       kernels::mbarrier_init(&full[s], 1);
       kernels::mbarrier_init(&empty[s], kWarps);
@@ -181,15 +211,13 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
   const int expert_tile0 = expert * a.tiles + tile0;
   // The narrowest wgmma that covers the m-tile's rows (WgShape: an expert's last m-tile is often
   // nearly empty, gpt-oss-120b at T = 4096 has about 128 +- 11 rows per expert; at T = 1024, 32 +- 6).
-  // The narrower paths' stages hold only the rows they read (a quarter less L2 traffic for the m-tiles
-  // of 33 to 48 rows, half of gpt-oss-120b's at T = 1024).
-  const bool half = S::kHalfN < kRows && tile.rows <= S::kHalfN;
-  const bool three_quarter = S::kThreeQuarterN < kRows && tile.rows <= S::kThreeQuarterN;
-  const CUtensorMap* act_map = half ? &maps.act_half : three_quarter ? &maps.act_three_quarter : &maps.act;
-  const uint32_t act_half_bytes = (half ? S::kHalfN : three_quarter ? S::kThreeQuarterN : kRows) * kLineBytes;
+  // Its stages hold only the rows it reads.
+  const int path = narrowest_path<S>(tile.rows);
+  const CUtensorMap* act_map = path < S::kNarrowPaths ? &maps.act_narrow[path] : &maps.act;
+  const uint32_t act_box_bytes = static_cast<uint32_t>(S::path_n(path)) * kLineBytes;
   auto load = [&](int c) {
     const int stage = c % kStages;
-    load_stage<S::kHalfBytes, kTiles>(smem + stage * S::kStageBytes, maps, act_map, act_half_bytes, c, expert_tile0,
+    load_stage<S::kHalfBytes, kTiles>(smem + stage * S::kStageBytes, maps, act_map, act_box_bytes, c, expert_tile0,
                                       tile.row0, &full[stage]);
   };
   if (producer)
@@ -242,12 +270,9 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
     const uint8_t* st = smem + stage * S::kStageBytes;
     if (group_active) {
       const uint8_t* record = st + S::kActBytes + warp * gemv::kChunkBytes;
-      if (half)
-        wgmma_chunk<Atom, kRows, S::kHalfN>(smem_address(st), record, lane, acc, between);
-      else if (three_quarter)
-        wgmma_chunk<Atom, kRows, S::kThreeQuarterN>(smem_address(st), record, lane, acc, between);
-      else
-        wgmma_chunk<Atom, kRows, kRows>(smem_address(st), record, lane, acc, between);
+      with_path_width<S>(path, [&](auto n) {
+        wgmma_chunk<Atom, kRows, decltype(n)::value>(smem_address(st), record, lane, acc, between);
+      });
     } else {
       __syncwarp();
 #pragma unroll
@@ -394,8 +419,12 @@ void launch_wgmma(const mma::MmaArgs& a, int64_t tokens, int max_active, int row
                                      CU_TENSOR_MAP_SWIZZLE_128B);
   };
   maps.act = act_map("wgmma activations", rows);
-  if (rows > 32) maps.act_half = act_map("wgmma activations (half)", rows / 2);
-  if (rows == 64) maps.act_three_quarter = act_map("wgmma activations (three quarters)", WgShape<64>::kThreeQuarterN);
+  auto narrow_maps = [&](auto shape) {
+    using S = decltype(shape);
+    for (int p = 0; p < S::kNarrowPaths; ++p)
+      maps.act_narrow[p] = act_map("wgmma activations (a narrower path's rows)", S::narrow_n(p));
+  };
+  rows == 32 ? narrow_maps(WgShape<32>{}) : rows == 64 ? narrow_maps(WgShape<64>{}) : narrow_maps(WgShape<128>{});
   const dim3 grid(static_cast<unsigned>(blocks));
   auto go = [&](auto kernel) {
     kernels::launch_with_pdl(kernel, grid, dim3(kThreads), wgmma_smem_bytes(rows), stream, a, maps);

@@ -20,12 +20,14 @@
 
 namespace mxmoe::sm90 {
 
+inline constexpr int kMaxNarrowPaths = 5;  // WgShape::kNarrowPaths at most
+
 // The descriptors of a launch (kernel parameter, __grid_constant__).
 struct WgmmaMaps {
-  CUtensorMap weights;   // 3D: 136 x 8 bytes, chunks, experts x tiles; box {136, 1, 16}
-  CUtensorMap act;       // 2D bf16: K padded to whole chunks, rows; box {64, rows}, 128-byte swizzle
-  CUtensorMap act_half;  // the same with box {64, rows / 2}: an m-tile that the half-width wgmma covers
-  CUtensorMap act_three_quarter;  // box {64, 3 rows / 4}: the 64-row tile's N = 48 path
+  CUtensorMap weights;  // 3D: 136 x 8 bytes, chunks, experts x tiles; box {136, 1, 16}
+  CUtensorMap act;      // 2D bf16: K padded to whole chunks, rows; box {64, rows}, 128-byte swizzle
+  // The same with box {64, N} for each narrower path's N (WgShape::narrow_n); zero past the tile's.
+  CUtensorMap act_narrow[kMaxNarrowPaths];
 };
 
 inline constexpr int kRecordWords = gemv::kChunkBytes / 8;  // a record in 8-byte elements
@@ -33,15 +35,15 @@ static_assert(gemv::kChunkBytes % 16 == 0, "records are whole 16-byte units (the
 
 // Chunk c of the block's tiles (the first of them tile `expert_tile0` of the [experts x tiles] view)
 // and of its m-tile (first row `row0`) into the stage at `stage` (activation halves of kHalfBytes, then
-// the records). `act`: the map of the rows the m-tile's wgmma reads (all, three quarters or half of the
-// tile's), `act_half_bytes` the bytes of its box; they land where the full box puts them (the swizzle
-// repeats every 8 rows).
+// the records). `act`: the map of the rows the m-tile's wgmma reads (the tile's or a narrower path's),
+// `act_box_bytes` the bytes of its box; they land where the full box puts them (the swizzle repeats
+// every 8 rows).
 template <int kHalfBytes, int kTiles>
 __device__ __forceinline__ void load_stage(uint8_t* stage, const WgmmaMaps& maps, const CUtensorMap* act,
-                                           uint32_t act_half_bytes, int c, int expert_tile0, int row0,
+                                           uint32_t act_box_bytes, int c, int expert_tile0, int row0,
                                            uint64_t* full) {
   constexpr uint32_t kWeightBytes = kTiles * gemv::kChunkBytes;
-  kernels::mbarrier_arrive_expect_tx(full, 2 * act_half_bytes + kWeightBytes);
+  kernels::mbarrier_arrive_expect_tx(full, 2 * act_box_bytes + kWeightBytes);
   kernels::tma_load_3d(stage + 2 * kHalfBytes, &maps.weights, 0, c, expert_tile0, full);
   kernels::tma_load_2d(stage, act, c * gemv::kChunkK, row0, full);
   kernels::tma_load_2d(stage + kHalfBytes, act, c * gemv::kChunkK + gemv::kChunkK / 2, row0, full);
