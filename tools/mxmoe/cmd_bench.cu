@@ -534,7 +534,8 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--stages", o->stages, "Also time each stage (route, gemm1, gemm2, combine)");
   cmd->add_option("--tune", o->tune_path,
                   "Also time every kernel family and tile per batch size and write the planner's preference "
-                  "table to this file (read by the runner from MXMOE_TUNE_FILE)");
+                  "table to this file (read by the runner from MXMOE_TUNE_FILE); each timing warms up for "
+                  "--warmup-ms, so a shorter warm-up shortens the run");
   cmd->add_option("--seed", o->seed, "Seed of the random weights and inputs")->capture_default_str();
   cmd->callback([o, &exit_code] {
     MXMOE_REQUIRE(o->experts == 0 || (o->top_k > 0 && o->hidden > 0 && o->intermediate > 0),
