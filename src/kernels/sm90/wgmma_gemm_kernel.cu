@@ -80,15 +80,12 @@ __device__ __forceinline__ int narrowest_path(int rows) {
   return path;
 }
 
-// f(std::integral_constant<int, N>) with N the width of `path` (a branch per path).
+// f(std::integral_constant<int, N>) with N the width of `path` (a branch per narrower path).
 template <class S, int kPath = 0, class F>
 __device__ __forceinline__ void with_path_width(int path, F&& f) {
-  if constexpr (kPath == S::kNarrowPaths)
-    f(std::integral_constant<int, S::path_n(kPath)>{});
-  else if (path == kPath)
-    f(std::integral_constant<int, S::path_n(kPath)>{});
-  else
-    with_path_width<S, kPath + 1>(path, f);
+  if constexpr (kPath < S::kNarrowPaths)
+    if (path != kPath) return with_path_width<S, kPath + 1>(path, f);
+  f(std::integral_constant<int, S::path_n(kPath)>{});
 }
 
 #if defined(MXMOE_WGMMA_ARCH)
