@@ -157,6 +157,11 @@ class GpuBackend final : public BackendImpl {
     // Tuning knob: the largest T whose combine GEMM2 does (0: always the combine kernel).
     fused_combine_tokens_ =
         env_choice("MXMOE_FUSED_COMBINE_TOKENS", {0, 1, 2, 3, 4, 5, 6, 7, 8}, gemv::kDefaultFusedCombineTokens);
+    // Tuning knob: GEMM2's combine through a thread-block cluster where it applies (1, the default) or
+    // always through L2 and a count (0): kernels/gemv/cluster_combine.cuh.
+    int cluster_launch = 0;
+    MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, device));
+    cluster_combine_ = env_choice("MXMOE_GEMV_CLUSTER_COMBINE", {0, 1}, 1) == 1 && cluster_launch != 0;
     // Tuning knob: the largest T whose GEMMs route the tokens themselves (0: always the route kernel).
     local_route_tokens_ = env_choice("MXMOE_LOCAL_ROUTE_TOKENS", {0, 1, 2, 3, 4}, gemv::kDefaultLocalRouteTokens);
     gemv::configure(static_cast<size_t>(smem_optin));
@@ -364,6 +369,12 @@ class GpuBackend final : public BackendImpl {
       os << ", ring stages " << w1_.stages << "/" << w2_.stages;
     if (tokens <= local_route_tokens_) os << ", routed in both gemms";
     if (tokens <= fused_combine_tokens_) os << ", combine in gemm2";
+    a.batch_rows = batch;
+    a.stages = w2_.stages;
+    a.top_k = config_.top_k;
+    a.cluster_combine = cluster_combine_;
+    if (gemv::cluster_combine_applies(a, tokens, tokens <= local_route_tokens_, tokens <= fused_combine_tokens_))
+      os << " (a cluster of the slots)";
     if (gemv_counted(tokens)) os << ", gemm2 per slot as gemm1 ends it";
     return os.str();
   }
@@ -657,6 +668,7 @@ class GpuBackend final : public BackendImpl {
     bind_routing(a, ws);
     a.sm_count = sm_count_;
     a.ksplit_override = ksplit_override_;
+    a.cluster_combine = cluster_combine_;
     a.logits = logits;
     a.experts = config_.num_experts;
     a.softmax_first = config_.routing == RoutingOrder::SoftmaxThenTopk;
@@ -713,6 +725,7 @@ class GpuBackend final : public BackendImpl {
   int sm_count_ = 0;
   int device_ = 0;
   int ksplit_override_ = 0;
+  bool cluster_combine_ = true;
   int gemv_counted_knob_ = -1;
   bool wide_ok_ = false;    // the GEMV family's 16-row batch is built and fits this device and shape
   int batch_override_ = 0;  // MXMOE_GEMV_BATCH (0: not set)

@@ -224,6 +224,40 @@ TEST(GpuLayerPaths, SmallBatchSequencesGiveTheGeneralPathsBits) {
   }
 }
 
+// GEMM2's combine through a thread-block cluster of the expert slots (T * k <= 4, routed locally:
+// kernels/gemv/cluster_combine.cuh) against the count in L2 (MXMOE_GEMV_CLUSTER_COMBINE=0): the same
+// rows summed in the same order, so the same bits. Clusters of 4 (gpt-oss's K at T = 1; k = 2 at T = 2,
+// where a slot may hold both tokens), of 3, a cluster with an idle slot (one expert taking every token),
+// wide scales; the cost model's split-K and forced ones; a graph replayed.
+TEST(GpuLayerClusterCombine, GivesTheCountedCombinesBits) {
+  MXMOE_SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const InputCase cases[] = {{32, 4, 2880, 2880, 1, false, false}, {32, 2, 2880, 2880, 2, true, false},
+                             {5, 2, 96, 160, 2, false, false},     {3, 3, 96, 160, 1, false, false},
+                             {16, 2, 384, 256, 2, false, true},    {256, 4, 256, 192, 1, false, false}};
+  for (const InputCase& c : cases) {
+    SCOPED_TRACE(describe(c, seed));
+    const LayerInputs in = make_inputs(c, seed);
+    for (const char* ksplit : {"model", "1", "8"}) {
+      SCOPED_TRACE(std::string("MXMOE_GEMV_KSPLIT=") + ksplit);
+      const auto make = [&](const char* cluster) {
+        const ScopedEnv on("MXMOE_GEMV_CLUSTER_COMBINE", cluster);
+        std::optional<ScopedEnv> split;
+        if (std::string(ksplit) != "model") split.emplace("MXMOE_GEMV_KSPLIT", ksplit);
+        return MoeRunner(in.cfg, in.layer.view(), gemv_options(c.tokens));
+      };
+      const MoeRunner clustered = make("1"), counted = make("0");
+      ASSERT_NE(clustered.describe_plan(c.tokens).find("a cluster of the slots"), std::string::npos)
+          << clustered.describe_plan(c.tokens);
+      ASSERT_EQ(counted.describe_plan(c.tokens).find("cluster"), std::string::npos) << counted.describe_plan(c.tokens);
+      const auto want = run_checked(counted, in, c.tokens);
+      EXPECT_EQ(run_checked(clustered, in, c.tokens), want);
+      EXPECT_EQ(run_graph_replay(clustered, in.hidden, in.logits, c.tokens), want) << "graph replay";
+    }
+  }
+}
+
 // The streamed decode kernel (T <= 2, kernels/gemv/stream.hpp, MXMOE_GEMV_STREAM=1) against the
 // per-GEMM kernels (MXMOE_GEMV_STREAM=0): the same tiles, chunk order and sums, so the same bits. Shapes:
 // gpt-oss's, odd K, one expert taking every token (fewer slots than the grid was planned for), E = 256

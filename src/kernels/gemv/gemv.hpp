@@ -37,6 +37,10 @@ struct GemvArgs : kernels::GroupedWeights, kernels::GroupedRouting {
   // gemm1_blocks_per_slot instead of waiting for GEMM1's whole grid. Null: the grid wait.
   int32_t* slot_done = nullptr;
   int gemm1_blocks_per_slot = 0;
+  // The combine in GEMM2 through a thread-block cluster of a column group's expert slots, where it
+  // applies (routed locally, T * k <= 8: cluster_combine.cuh); false: always the count in L2
+  // (MXMOE_GEMV_CLUSTER_COMBINE=0).
+  bool cluster_combine = true;
   const int32_t* pair_row = nullptr;  // pair -> sorted row (route kernel), read by the fused combine
   int32_t* pair_row_out = nullptr;    // GEMM2 routed locally without the combine: writes pair -> row here
 };
@@ -50,6 +54,13 @@ inline constexpr int kDefaultLocalRouteTokens = 2;
 // kernel runs. The runner's default is kDefaultFusedCombineTokens (MXMOE_FUSED_COMBINE_TOKENS tunes it).
 inline constexpr int64_t kFusedCombineTokens = 8;
 inline constexpr int kDefaultFusedCombineTokens = 2;
+// GEMM2's combine goes through a thread-block cluster of a column group's expert slots instead of a count
+// in L2 (args.cluster_combine, cluster_combine.cuh) when routed locally with the combine in GEMM2, with
+// 8-row batches and the default ring, and T * k <= kClusterSlots (the slots, at most T * k, form the
+// cluster, and rank 0's buffer holds every pair's row). Measured on an H100 (docs/perf-log.md),
+// gpt-oss-120b: clusters of 4 (T = 1) 26.0 -> 25.5 us, of 8 (T = 2) 44.7 -> 51.0, so at most 4.
+inline constexpr int kClusterSlots = 4;
+bool cluster_combine_applies(const GemvArgs& args, int64_t tokens, bool local_route, bool fused_combine);
 // GEMM2's column groups, at most: the size of the combine counters.
 inline int combine_counters_needed(int hidden) { return (hidden + 15) / 16; }
 

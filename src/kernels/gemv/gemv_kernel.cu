@@ -20,6 +20,7 @@
 #include "kernels/common/pdl_launch.cuh"
 #include "kernels/common/static_smem.hpp"
 #include "kernels/gemv/gemv.hpp"
+#include "kernels/gemv/cluster_combine.cuh"
 #include "kernels/gemv/gemv_block.cuh"
 #include "kernels/gemv/gemv_layout.hpp"
 #include "moe/cuda_check.hpp"
@@ -32,9 +33,13 @@ namespace {
 constexpr int kMaxStages = 3;
 constexpr int kMinStages = kDefaultStages;
 
-template <bool kGemm1, bool kWideScales, int kStages, int kNb>
+// kCluster (GEMM2 routed locally with the combine, T * k <= kClusterSlots): the grid's expert slots of a
+// column group form one thread-block cluster, and the combine runs in the cluster's rank 0 from the
+// rows the others store into its shared memory (cluster_combine.cuh) instead of through L2 and a count.
+template <bool kGemm1, bool kWideScales, int kStages, int kNb, bool kCluster = false>
 __global__ void __launch_bounds__(32 * warps_for(kNb), min_blocks_for(kNb))
     gemv_kernel(const GemvArgs a, const int ksplit, const int rows_cap) {
+  static_assert(!kCluster || (!kGemm1 && kNb == 1), "the cluster combine is GEMM2's, in 8-row batches");
   constexpr int kWarps = warps_for(kNb), kThreads = kWarps * 32, kBatchRows = kNarrowRows * kNb;
   extern __shared__ __align__(128) uint8_t smem[];
   // Split-K partial sums, reduced in a fixed order (the 16-row batch never splits K).
@@ -44,6 +49,7 @@ __global__ void __launch_bounds__(32 * warps_for(kNb), min_blocks_for(kNb))
   if (lane == 0)
     for (int s = 0; s < kStages; ++s) kernels::mbarrier_init(&bars[warp][s], 1);
   kernels::fence_barrier_init();
+  if constexpr (kCluster) cluster_arrive_relaxed();  // phase 1 of the cluster barrier (cluster_combine.cuh)
   __syncwarp();
   // Programmatic dependent launch (docs/gpu-pipeline.md). Every kernel triggers its dependant only
   // after its own cudaGridDependencySynchronize, so when GEMM2 starts, GEMM1 is running and the
@@ -135,6 +141,15 @@ __global__ void __launch_bounds__(32 * warps_for(kNb), min_blocks_for(kNb))
     consume_ring<kWideScales>(ring, groups, b_rows, chains);
     float acc[kNb][4];
     sum_chains<kNb, kWarps>(chains, acc, ksplit, partial);
+    if constexpr (kCluster) {
+      // Every row of a slot is in its first batch (T * k <= kClusterSlots rows in all). Phase 1 of the
+      // cluster barrier first: rank 0 has started, its shared memory may be written.
+      cluster_wait_acquire();
+      if (has_tile && split == 0)
+        store_rows_to_rank0(a, acc, tile - static_cast<int>(blockIdx.x) * tiles_per_block, bias, row0, batch_rows,
+                            [&](int r) { return local_route.weights[local_route.row_pair[row0 + r]]; });
+      break;
+    }
     if (has_tile && split == 0) {
       const int64_t first_row = row0 + batch;
       if constexpr (kGemm1) {
@@ -155,6 +170,11 @@ __global__ void __launch_bounds__(32 * warps_for(kNb), min_blocks_for(kNb))
     // Counted, GEMM2 did not wait for GEMM1's grid: one block does before it exits, so that this grid
     // completes after GEMM1's and the next kernel's wait covers both (docs/gpu-pipeline.md).
     if (counted && chain_block) cudaGridDependencySynchronize();
+    if constexpr (kCluster) {
+      cluster_combine<kThreads>(a, local_route, static_cast<int>(blockIdx.x) * tiles_per_block * kTileRows,
+                      tiles_per_block * kTileRows);
+      return;
+    }
     if (a.combine_out == nullptr) return;
     // Every active block of the column group arrives once, after all its rows are written: the
     // barrier orders the block's stores before thread 0's count, a release; the count of the last to
@@ -235,6 +255,15 @@ void launch(const GemvArgs& a, int64_t tokens, int max_active, cudaStream_t stre
   const size_t smem = smem_for(a.k, rows_cap, a.stages, nb);
   const dim3 block(32 * warps_for(nb));
   auto go = [&](auto kernel) { kernels::launch_with_pdl(kernel, grid, block, smem, stream, a, ksplit, rows_cap); };
+  if (!kGemm1 && cluster_combine_applies(a, tokens, a.local_route, a.combine_out != nullptr)) {
+    const dim3 cluster(1, grid.y, 1);
+    auto go_cluster = [&](auto kernel) {
+      kernels::launch_with_pdl_in_clusters(kernel, grid, block, smem, stream, cluster, a, ksplit, rows_cap);
+    };
+    a.wide_scales ? go_cluster(gemv_kernel<false, true, kMinStages, 1, true>)
+                  : go_cluster(gemv_kernel<false, false, kMinStages, 1, true>);
+    return;
+  }
 #if !defined(MXMOE_MINIMAL)
   if (nb == 2) {
     a.wide_scales ? go(gemv_kernel<kGemm1, true, kMinStages, 2>) : go(gemv_kernel<kGemm1, false, kMinStages, 2>);
@@ -285,6 +314,8 @@ void for_each_variant(F&& f) {
   f(gemv_kernel<true, true, kMinStages, 1>);
   f(gemv_kernel<false, false, kMinStages, 1>);
   f(gemv_kernel<false, true, kMinStages, 1>);
+  f(gemv_kernel<false, false, kMinStages, 1, true>);
+  f(gemv_kernel<false, true, kMinStages, 1, true>);
 }
 }  // namespace
 
@@ -330,6 +361,11 @@ void launch_gemm2(const GemvArgs& args, int64_t tokens, int max_active, cudaStre
   MXMOE_REQUIRE(a.slot_done == nullptr || (!a.local_route && a.combine_out == nullptr && a.gemm1_blocks_per_slot > 0),
                 "gemv: GEMM2 counted per slot needs the route kernel, the combine kernel and GEMM1's blocks per slot");
   launch<false>(a, tokens, max_active, stream);
+}
+
+bool cluster_combine_applies(const GemvArgs& args, int64_t tokens, bool local_route, bool fused_combine) {
+  return args.cluster_combine && local_route && fused_combine && args.batch_rows == kNarrowRows &&
+         args.stages == kMinStages && tokens * args.top_k <= kClusterSlots;
 }
 
 int blocks_per_slot(const GemvArgs& args, int64_t tokens, int max_active) {

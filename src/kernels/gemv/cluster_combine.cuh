@@ -1,0 +1,97 @@
+#pragma once
+// GEMM2's combine inside a thread-block cluster (GEMV family, routed locally, T * k <= kClusterSlots).
+// The grid's expert slots of one column group are one cluster (dims 1 x slots x 1). Each block stores
+// its rows' fp32 values (bias added, times the routing weight) straight into rank 0's shared memory;
+// rank 0 waits on the cluster barrier and sums each token's k rows in slot order, bf16 out: the same
+// values and the same order as combine_columns, so the same bits, without the rows' round trip through
+// L2 and the last-block count (docs/gpu-pipeline.md).
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/common/bf16_pack.cuh"
+#include "kernels/common/bulk_copy.cuh"
+#include "kernels/gemv/gemv.hpp"
+#include "kernels/gemv/gemv_layout.hpp"
+
+namespace mxmoe::gemv {
+
+// A block's columns at most: 8 tiles (one warp each, no split-K).
+inline constexpr int kClusterCols = 8 * kTileRows;
+
+struct ClusterRows {
+  float v[kClusterSlots][kClusterCols];  // [sorted row][block-local column]: T * k <= kClusterSlots rows
+};
+
+// Rank 0's buffer (every block of the kernel has one; only rank 0's is written).
+__device__ __forceinline__ ClusterRows& cluster_rows() {
+  __shared__ __align__(16) ClusterRows rows;
+  return rows;
+}
+
+// The cluster barrier. Phase 1 (arrive relaxed at the start, wait before the first remote store):
+// every block of the cluster has started, so its shared memory may be written. Phase 2 (arrive with
+// release after the stores, rank 0 waits with acquire): the rows are in rank 0's shared memory. A
+// block that exits counts as arrived (PTX `exit`), so the inactive slots' blocks may leave at once.
+__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory"); }
+__device__ __forceinline__ void cluster_arrive_release() { asm volatile("barrier.cluster.arrive.release;\n" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait_acquire() { asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory"); }
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+
+__device__ __forceinline__ void store_rank0_f32(uint32_t local_addr, float v) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, 0;\n" : "=r"(remote) : "r"(local_addr));
+  asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(remote), "f"(v) : "memory");
+}
+
+// GEMM2's epilogue for one warp's tile (store_gemm2's values) into rank 0's rows: batch row r is
+// sorted row row0 + r; local_tile is the tile's index in the block. Every thread of the block calls it.
+template <class WeightOf>
+__device__ __forceinline__ void store_rows_to_rank0(const GemvArgs& a, const float (&acc)[1][4], int local_tile,
+                                                    float2 bias, int row0, int batch_rows, WeightOf weight_of) {
+  const int col = local_tile * kTileRows + ((threadIdx.x & 31) >> 2);
+  const int q = threadIdx.x & 3;
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const int r = 2 * q + j;
+    if (r >= batch_rows) continue;
+    const float weight = weight_of(r);
+    float y0 = acc[0][j], y1 = acc[0][2 + j];
+    if (a.bias) {
+      y0 += bias.x;
+      y1 += bias.y;
+    }
+    float* row = cluster_rows().v[row0 + r];
+    store_rank0_f32(kernels::shared_address(row + col), y0 * weight);
+    store_rank0_f32(kernels::shared_address(row + col + 8), y1 * weight);
+  }
+}
+
+// After every block's stores: rank 0 sums columns [col0, col0 + cols) of each token's k rows in slot
+// order into a.combine_out; the other blocks leave. Every thread of the block calls it.
+template <int kThreads, class Routing>
+__device__ void cluster_combine(const GemvArgs& a, const Routing& local, int col0, int cols) {
+  cluster_arrive_release();
+  if (cluster_rank() != 0) return;
+  cluster_wait_acquire();
+  const ClusterRows& rows = cluster_rows();
+  const int quads = min(cols, a.n - col0) / 4;
+  for (int i = threadIdx.x; i < a.tokens * quads; i += kThreads) {
+    const int t = i / quads, c = (i % quads) * 4;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int s = 0; s < a.top_k; ++s) {
+      const float4 v = *reinterpret_cast<const float4*>(&rows.v[local.pair_row[t * a.top_k + s]][c]);
+      acc.x += v.x;
+      acc.y += v.y;
+      acc.z += v.z;
+      acc.w += v.w;
+    }
+    *reinterpret_cast<uint2*>(a.combine_out + static_cast<int64_t>(t) * a.n + col0 + c) = kernels::pack_bf16x4(acc);
+  }
+}
+
+}  // namespace mxmoe::gemv
