@@ -301,10 +301,13 @@ class GpuBackend final : public BackendImpl {
     const int max_active = static_cast<int>(std::min<int64_t>(config_.num_experts, tokens * config_.top_k));
     gemv::GemvArgs a = gemv_args(ws, local_route ? router_logits : nullptr);
     a.pair_row = ws.routing.pair_row;
-    a.combine_counters = ws.combine_counters;
-    a.combine_counter_count = fused_combine ? gemv::combine_counters_needed(config_.hidden) : 0;
-
     a.batch_rows = batch_rows_for(tokens);
+    a.stages = w2_.stages;
+    // GEMM1 clears the counts of GEMM2's combine, unless GEMM2 combines in clusters without them.
+    a.combine_counters = ws.combine_counters;
+    a.combine_counter_count = fused_combine && !gemv::cluster_combine_applies(a, tokens, local_route, fused_combine)
+                                  ? gemv::combine_counters_needed(config_.hidden)
+                                  : 0;
     a.slot_done = counted ? ws.expert_done : nullptr;
     bind_gemm1(a, hidden, ws);
     gemv::launch_gemm1(a, tokens, max_active, stream);

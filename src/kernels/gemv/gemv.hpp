@@ -37,9 +37,8 @@ struct GemvArgs : kernels::GroupedWeights, kernels::GroupedRouting {
   // gemm1_blocks_per_slot instead of waiting for GEMM1's whole grid. Null: the grid wait.
   int32_t* slot_done = nullptr;
   int gemm1_blocks_per_slot = 0;
-  // The combine in GEMM2 through a thread-block cluster of a column group's expert slots, where it
-  // applies (routed locally, T * k <= 8: cluster_combine.cuh); false: always the count in L2
-  // (MXMOE_GEMV_CLUSTER_COMBINE=0).
+  // The combine in GEMM2 through a thread-block cluster of a column group's expert slots, where
+  // cluster_combine_applies (below); false: always the count in L2 (MXMOE_GEMV_CLUSTER_COMBINE=0).
   bool cluster_combine = true;
   const int32_t* pair_row = nullptr;  // pair -> sorted row (route kernel), read by the fused combine
   int32_t* pair_row_out = nullptr;    // GEMM2 routed locally without the combine: writes pair -> row here
