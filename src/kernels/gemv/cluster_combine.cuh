@@ -12,6 +12,7 @@
 #include "kernels/common/bf16_pack.cuh"
 #include "kernels/common/bulk_copy.cuh"
 #include "kernels/gemv/gemv.hpp"
+#include "kernels/gemv/gemv_block.cuh"
 #include "kernels/gemv/gemv_layout.hpp"
 
 namespace mxmoe::gemv {
@@ -48,27 +49,17 @@ __device__ __forceinline__ void store_rank0_f32(uint32_t local_addr, float v) {
   asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(remote), "f"(v) : "memory");
 }
 
-// GEMM2's epilogue for one warp's tile (store_gemm2's values) into rank 0's rows: batch row r is
-// sorted row row0 + r; local_tile is the tile's index in the block. Every thread of the block calls it.
+// GEMM2's epilogue for one warp's tile (for_each_gemm2_output's values) into rank 0's rows: batch row r
+// is sorted row row0 + r; local_tile is the tile's index in the block.
 template <class WeightOf>
 __device__ __forceinline__ void store_rows_to_rank0(const GemvArgs& a, const float (&acc)[1][4], int local_tile,
                                                     float2 bias, int row0, int batch_rows, WeightOf weight_of) {
   const int col = local_tile * kTileRows + ((threadIdx.x & 31) >> 2);
-  const int q = threadIdx.x & 3;
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    const int r = 2 * q + j;
-    if (r >= batch_rows) continue;
-    const float weight = weight_of(r);
-    float y0 = acc[0][j], y1 = acc[0][2 + j];
-    if (a.bias) {
-      y0 += bias.x;
-      y1 += bias.y;
-    }
+  for_each_gemm2_output<1>(a, acc, bias, batch_rows, weight_of, [&](int r, float y, float y8) {
     float* row = cluster_rows().v[row0 + r];
-    store_rank0_f32(kernels::shared_address(row + col), y0 * weight);
-    store_rank0_f32(kernels::shared_address(row + col + 8), y1 * weight);
-  }
+    store_rank0_f32(kernels::shared_address(row + col), y);
+    store_rank0_f32(kernels::shared_address(row + col + 8), y8);
+  });
 }
 
 // After every block's stores: rank 0 sums columns [col0, col0 + cols) of each token's k rows in slot

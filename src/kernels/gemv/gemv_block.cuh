@@ -217,22 +217,32 @@ __device__ __forceinline__ void store_gemm1(const GemvArgs& a, const float (&acc
   });
 }
 
-// GEMM2's epilogue for one warp's tile: bias (gemm2_bias), times the routing weight, fp32 rows for
-// the combine. weight_of(r) gives batch row r's routing weight.
-template <int kNb, class WeightOf>
-__device__ __forceinline__ void store_gemm2(const GemvArgs& a, const float (&acc)[kNb][4], int tile, float2 bias,
-                                            int64_t first_row, int batch_rows, WeightOf weight_of) {
-  const int col = gemm2_column(tile);
+// GEMM2's outputs of one warp's tile: bias (gemm2_bias), times the routing weight. weight_of(r) gives
+// batch row r's routing weight; store(r, y, y8) takes batch row r's values of the lane's column and of
+// the column 8 further. Every GEMM2 epilogue computes its values here, so they agree bit for bit.
+template <int kNb, class WeightOf, class Store>
+__device__ __forceinline__ void for_each_gemm2_output(const GemvArgs& a, const float (&acc)[kNb][4], float2 bias,
+                                                      int batch_rows, WeightOf weight_of, Store store) {
   for_each_batch_row<kNb>(batch_rows, [&](int n, int j, int r) {
     const float weight = weight_of(r);
-    float* out = static_cast<float*>(a.out) + (first_row + r) * a.n + col;
     float y0 = acc[n][j], y1 = acc[n][2 + j];
     if (a.bias) {
       y0 += bias.x;
       y1 += bias.y;
     }
-    out[0] = y0 * weight;
-    out[8] = y1 * weight;
+    store(r, y0 * weight, y1 * weight);
+  });
+}
+
+// GEMM2's epilogue for one warp's tile: its outputs as fp32 rows for the combine.
+template <int kNb, class WeightOf>
+__device__ __forceinline__ void store_gemm2(const GemvArgs& a, const float (&acc)[kNb][4], int tile, float2 bias,
+                                            int64_t first_row, int batch_rows, WeightOf weight_of) {
+  const int col = gemm2_column(tile);
+  for_each_gemm2_output<kNb>(a, acc, bias, batch_rows, weight_of, [&](int r, float y, float y8) {
+    float* out = static_cast<float*>(a.out) + (first_row + r) * a.n + col;
+    out[0] = y;
+    out[8] = y8;
   });
 }
 

@@ -14,6 +14,7 @@
 #include <cuda_bf16.h>
 
 #include <string_view>
+#include <type_traits>
 
 #include "kernels/common/cp_async.cuh"
 #include "kernels/common/pdl_launch.cuh"
@@ -343,12 +344,19 @@ bool wgmma_built() {
 
 bool wgmma_rows_supported(int rows) { return wgmma_built() && (rows == 32 || rows == 64 || rows == 128); }
 
+namespace {
+// f(std::integral_constant<int, R>) for the tile of `rows` rows: R = 32, 64, or 128 for any other count
+// (launch_wgmma checks wgmma_rows_supported first). The one place a run-time row count picks a tile.
+template <class F>
+decltype(auto) with_tile_rows(int rows, F&& f) {
+  if (rows == 32) return f(std::integral_constant<int, 32>{});
+  if (rows == 64) return f(std::integral_constant<int, 64>{});
+  return f(std::integral_constant<int, 128>{});
+}
+}  // namespace
+
 size_t wgmma_smem_bytes(int rows) {
-  switch (rows) {
-    case 32: return WgShape<32>::kSmemBytes;
-    case 64: return WgShape<64>::kSmemBytes;
-    default: return WgShape<128>::kSmemBytes;
-  }
+  return with_tile_rows(rows, [](auto r) { return size_t{WgShape<decltype(r)::value>::kSmemBytes}; });
 }
 
 // Whether the build's architectures include sm_90a (MXMOE_CUDA_ARCHS, e.g. "90a,120a,121a"): plain
@@ -416,22 +424,17 @@ void launch_wgmma(const mma::MmaArgs& a, int64_t tokens, int max_active, int row
                                      CU_TENSOR_MAP_SWIZZLE_128B);
   };
   maps.act = act_map("wgmma activations", rows);
-  auto narrow_maps = [&](auto shape) {
-    using S = decltype(shape);
+  const dim3 grid(static_cast<unsigned>(blocks));
+  with_tile_rows(rows, [&](auto r) {
+    constexpr int kRows = decltype(r)::value;
+    using S = WgShape<kRows>;
     for (int p = 0; p < S::kNarrowPaths; ++p)
       maps.act_narrow[p] = act_map("wgmma activations (a narrower path's rows)", S::narrow_n(p));
-  };
-  rows == 32 ? narrow_maps(WgShape<32>{}) : rows == 64 ? narrow_maps(WgShape<64>{}) : narrow_maps(WgShape<128>{});
-  const dim3 grid(static_cast<unsigned>(blocks));
-  auto go = [&](auto kernel) {
-    kernels::launch_with_pdl(kernel, grid, dim3(kThreads), wgmma_smem_bytes(rows), stream, a, maps);
-  };
-  auto go_rows = [&](auto kernel, auto kernel_wide_scales) { a.wide_scales ? go(kernel_wide_scales) : go(kernel); };
-  switch (rows) {
-    case 32: go_rows(wgmma_gemm_kernel<kGemm1, false, 32>, wgmma_gemm_kernel<kGemm1, true, 32>); break;
-    case 64: go_rows(wgmma_gemm_kernel<kGemm1, false, 64>, wgmma_gemm_kernel<kGemm1, true, 64>); break;
-    default: go_rows(wgmma_gemm_kernel<kGemm1, false, 128>, wgmma_gemm_kernel<kGemm1, true, 128>); break;
-  }
+    auto go = [&](auto kernel) {
+      kernels::launch_with_pdl(kernel, grid, dim3(kThreads), size_t{S::kSmemBytes}, stream, a, maps);
+    };
+    a.wide_scales ? go(wgmma_gemm_kernel<kGemm1, true, kRows>) : go(wgmma_gemm_kernel<kGemm1, false, kRows>);
+  });
 }
 
 template void launch_wgmma<true>(const mma::MmaArgs&, int64_t, int, int, cudaStream_t);
