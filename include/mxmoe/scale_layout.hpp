@@ -7,11 +7,7 @@
 #include <span>
 #include <vector>
 
-#if defined(__CUDACC__)
-#define MXMOE_HOST_DEVICE __host__ __device__
-#else
-#define MXMOE_HOST_DEVICE
-#endif
+#include "mxmoe/host_device.hpp"
 
 namespace mxmoe {
 

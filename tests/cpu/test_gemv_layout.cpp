@@ -48,9 +48,9 @@ TEST_P(GemvLayout, EveryBlockLandsWhereTheKernelReadsIt) {
   std::vector<uint8_t> packed(static_cast<size_t>(shape.bytes()), 0xAB);
   pack_expert(blocks.data(), scales.data(), shape, c.swiglu, packed.data());
 
-  // The kernel's read pattern, written independently: record (tile, chunk) of 1088 bytes; lane L,
-  // half h reads 16 bytes at h*512 + L*16 for tile row L/4 + 8h, block 4*chunk + L%4, and the scale
-  // byte at 1024 + L*2 + h.
+  // The kernel's read pattern, written independently: record (tile, chunk) of 1088 bytes; lane
+  // L = 4g + t, half h reads 16 bytes at 64 + 256t + 128h + 16 (g xor 2t) for tile row g + 8h, block
+  // 4*chunk + t, and the scale byte at 16 (3 - t) + 2g + h.
   std::vector<bool> covered(packed.size(), false);
   for (int64_t tile = 0; tile < shape.tiles; ++tile)
     for (int64_t chunk = 0; chunk < shape.chunks; ++chunk)
@@ -62,7 +62,11 @@ TEST_P(GemvLayout, EveryBlockLandsWhereTheKernelReadsIt) {
           // Checkpoint row: GEMM1 tiles hold gates (even rows) then linears (odd rows) of 8 features.
           const int64_t row = c.swiglu ? 2 * (tile * 8 + lane / 4) + half : tile * 16 + local_row;
           ASSERT_EQ(source_row(tile, local_row, c.swiglu), row);
-          const int64_t w = record + half * 512 + lane * 16, s = record + 1024 + lane * 2 + half;
+          const int g = lane / 4, t = lane % 4;
+          const int64_t w = record + 64 + 256 * t + 128 * half + 16 * (g ^ (2 * t));
+          const int64_t s = record + 16 * (3 - t) + 2 * g + half;
+          ASSERT_EQ(record + lane_data_offset(lane) + half * kRecordHalfBytes, w);
+          ASSERT_EQ(record + lane_scale_offset(lane) + half, s);
           ASSERT_EQ(packed_weight_offset(shape, tile, local_row, block), w);
           ASSERT_EQ(packed_scale_offset(shape, tile, local_row, block), s);
           for (int i = 0; i < 16; ++i) covered[static_cast<size_t>(w + i)] = true;
@@ -87,9 +91,56 @@ TEST_P(GemvLayout, EveryBlockLandsWhereTheKernelReadsIt) {
   for (size_t i = 0; i < covered.size(); ++i) ASSERT_TRUE(covered[i]) << "byte " << i << " is not read by any lane";
 }
 
+// A tile's last chunk with n < 4 blocks of K: its real bytes are the one run [64 - 16n, 64 + 256n) and
+// the record ends in tail_cut_bytes of padding only, which the GEMV ring's copy leaves out.
+TEST_P(GemvLayout, LastChunksBlocksAreOneRunBeforeTheCut) {
+  const LayoutCase c = GetParam();
+  const PackedShape shape = packed_shape(c.rows, c.kblocks);
+  const int n = static_cast<int>(c.kblocks % 4);
+  ASSERT_EQ(tail_cut_bytes(c.kblocks), n == 0 ? 0 : 256 * (4 - n));
+  std::vector<uint8_t> blocks(static_cast<size_t>(c.rows * c.kblocks * 16), 0x5A), scales(static_cast<size_t>(c.rows * c.kblocks), 3);
+  std::vector<uint8_t> packed(static_cast<size_t>(shape.bytes()), 0xAB);
+  pack_expert(blocks.data(), scales.data(), shape, c.swiglu, packed.data());
+  const int begin = n == 0 ? 0 : 64 - 16 * n, end = kChunkBytes - tail_cut_bytes(c.kblocks);
+  for (int64_t tile = 0; tile < shape.tiles; ++tile) {
+    const int64_t record = (tile * shape.chunks + shape.chunks - 1) * kChunkBytes;
+    for (int local_row = 0; local_row < 16; ++local_row)
+      for (int64_t block = (shape.chunks - 1) * 4; block < c.kblocks; ++block) {
+        const int64_t w = packed_weight_offset(shape, tile, local_row, block) - record;
+        const int64_t s = packed_scale_offset(shape, tile, local_row, block) - record;
+        EXPECT_TRUE(w >= begin && w + 16 <= end) << "tile " << tile << " row " << local_row << " block " << block;
+        EXPECT_TRUE(s >= begin && s < end) << "tile " << tile << " row " << local_row << " block " << block;
+      }
+    // Outside the run: padding only (zero weights, scale 1.0).
+    for (int i = 0; i < kChunkBytes; ++i)
+      if (i < begin || i >= end) ASSERT_EQ(packed[static_cast<size_t>(record + i)], i < 64 ? 127 : 0) << "byte " << i;
+  }
+}
+
+// Each quarter warp's 16-byte weight loads (either half) hit 8 different 16-byte bank groups.
+TEST(GemvLayout, LaneLoadsAreConflictFree) {
+  for (int half = 0; half < 2; ++half)
+    for (int quarter = 0; quarter < 4; ++quarter) {
+      std::set<int> groups;
+      for (int lane = 8 * quarter; lane < 8 * quarter + 8; ++lane) {
+        const int offset = lane_data_offset(lane) + half * kRecordHalfBytes;
+        ASSERT_EQ(offset % 16, 0);
+        groups.insert(offset / 16 % 8);
+      }
+      EXPECT_EQ(groups.size(), 8u) << "half " << half << " quarter " << quarter;
+    }
+  std::set<int> scale_words;
+  for (int lane = 0; lane < 32; ++lane) {
+    ASSERT_EQ(lane_scale_offset(lane) % 2, 0);
+    scale_words.insert(lane_scale_offset(lane));
+  }
+  EXPECT_EQ(scale_words.size(), 32u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, GemvLayout,
                          ::testing::Values(LayoutCase{16, 4, false}, LayoutCase{32, 3, true}, LayoutCase{48, 5, false},
-                                           LayoutCase{64, 90, true}, LayoutCase{368, 9, false}));
+                                           LayoutCase{64, 90, true}, LayoutCase{368, 9, false},
+                                           LayoutCase{32, 7, true}));
 
 TEST(GemvLayout, RejectsBadShapes) {
   EXPECT_THROW(packed_shape(24, 4), Error);

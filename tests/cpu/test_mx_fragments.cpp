@@ -82,7 +82,7 @@ TEST_P(MxFragments, EmulatedInstructionOnPackedRegistersEqualsThePlainDotProduct
         const int g = lane / 4, t = lane % 4;
         // As mx_gemm_kernel.cu: word t of block blk of weight row 8h+g, straight from the record.
         uint32_t word;
-        std::memcpy(&word, record.data() + h * 512 + (4 * g + blk) * 16 + 4 * t, 4);
+        std::memcpy(&word, record.data() + gemv::record_data_offset(g, blk, h) + 4 * t, 4);
         if (native) mx_weight_slots<true>(word, r.b[lane][0], r.b[lane][1]);
         else mx_weight_slots<false>(word, r.b[lane][0], r.b[lane][1]);
         // Bytes 8t .. 8t+7 of rows g and g+8.
@@ -94,9 +94,8 @@ TEST_P(MxFragments, EmulatedInstructionOnPackedRegistersEqualsThePlainDotProduct
         mx_act_slots(lo[0], hi[0], r.a[lane][0], r.a[lane][2]);
         mx_act_slots(lo[1], hi[1], r.a[lane][1], r.a[lane][3]);
         // Scales as the kernel passes them; the lanes the instruction does not read get noise.
-        const uint8_t* wscales = record.data() + gemv::kChunkWeightBytes;
         r.sfa[lane] = t == 0 ? act_scales[g] : t == 1 ? act_scales[g + 8] : static_cast<uint32_t>(rng());
-        r.sfb[lane] = t == 0 ? wscales[(4 * g + blk) * 2 + h] : static_cast<uint32_t>(rng());
+        r.sfb[lane] = t == 0 ? record[gemv::record_scale_offset(g, blk, h)] : static_cast<uint32_t>(rng());
       }
       for (int m = 0; m < 16; ++m)
         for (int n = 0; n < 8; ++n) {

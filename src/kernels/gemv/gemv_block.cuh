@@ -76,6 +76,9 @@ __device__ void stage_rows(const GemvArgs& a, int first_row, int rows, const int
 // starts in slot 0 (every slot is free between ranges), so a ring can be pointed at another range
 // (`retarget`) at any time; `phases` keeps each slot's mbarrier parity across ranges. Addresses are
 // shared-window addresses held in registers: the loop's bookkeeping is a few instructions per stage.
+// A range that ends with the tile's last chunk leaves out that record's padding (tail_cut_bytes: half
+// of it at gpt-oss's K = 2880, 2.2% of the weight bytes); the kernel decodes whatever the slot held
+// there, finite e2m1 codes (their scales, 127, are copied) that meet the staged rows' zeros past K.
 template <int kStages>
 struct WeightRing {
   uint32_t slots;       // shared address of slot 0 (kStages * kStageBytes)
@@ -83,6 +86,7 @@ struct WeightRing {
   uint32_t phases;      // bit s: the parity of slot s's next completion (all lanes agree)
   const uint8_t* src;   // global address of the range's first record
   int c_begin, chunks;  // the range: chunks [c_begin, c_begin + chunks) of the tile
+  int end_cut;          // bytes the range's last stage leaves out (tail_cut_bytes, or 0)
 
   __device__ void init(const uint8_t* base, const uint64_t* barriers) {
     slots = kernels::shared_address(base);
@@ -92,16 +96,19 @@ struct WeightRing {
 
   __device__ int groups() const { return (chunks + kStageChunks - 1) / kStageChunks; }
 
-  __device__ void retarget(const uint8_t* tile_records, int begin, int end) {
+  // Split `split` of `ksplit` of the chunks of the tile whose records start at tile_records.
+  __device__ void retarget(const kernels::GroupedWeights& a, const uint8_t* tile_records, int split, int ksplit) {
+    const int begin = a.chunks * split / ksplit, end = a.chunks * (split + 1) / ksplit;
     src = tile_records + static_cast<int64_t>(begin) * kChunkBytes;
     c_begin = begin;
     chunks = end - begin;
+    end_cut = end == a.chunks ? tail_cut_bytes(a.k / 32) : 0;
   }
 
   // One lane only: request group `grp` of the range into ring slot `slot`.
   __device__ void issue(int slot, int grp) const {
     const int c = grp * kStageChunks;
-    const uint32_t bytes = min(kStageChunks, chunks - c) * kChunkBytes;
+    const uint32_t bytes = c + kStageChunks >= chunks ? (chunks - c) * kChunkBytes - end_cut : kStageBytes;
     const uint32_t bar = bars + slot * 8;
     kernels::mbarrier_arrive_expect_tx(bar, bytes);
     kernels::bulk_copy_to_shared(slots + slot * kStageBytes, src + static_cast<int64_t>(c) * kChunkBytes, bytes, bar);

@@ -73,15 +73,16 @@ __device__ __forceinline__ uint32_t apply_scale(uint32_t v, uint32_t m, uint32_t
   return v;
 }
 
-// The lane's share of one chunk record in shared memory (gemv_layout.hpp): the 16 bytes of its two
-// tile rows' MX block and their two scale bytes.
+// The lane's share of one chunk record in shared memory (gemv_layout.hpp): the 16 bytes of each of its
+// two tile rows' MX block and their two scale bytes.
 struct ChunkWords {
   uint4 lo, hi;
   uint32_t scales;
 };
 __device__ __forceinline__ ChunkWords load_chunk_words(uint32_t record, int lane) {
-  return {kernels::ld_shared_v4(record + lane * 16), kernels::ld_shared_v4(record + 512 + lane * 16),
-          kernels::ld_shared_u16(record + kChunkWeightBytes + lane * 2)};
+  const uint32_t data = record + lane_data_offset(lane);
+  return {kernels::ld_shared_v4(data), kernels::ld_shared_v4(data + kRecordHalfBytes),
+          kernels::ld_shared_u16(record + lane_scale_offset(lane))};
 }
 
 // One chunk (K = 128) of one 16-row tile (gemv_layout.hpp) against kNb groups of 8 activation rows

@@ -85,8 +85,8 @@ __global__ void __launch_bounds__(32 * warps_for(kNb), min_blocks_for(kNb))
   const int stride = act_row_stride(a.chunks);
   WeightRing<kStages> ring;
   ring.init(smem + act_bytes(a.chunks, rows_cap) + warp * warp_ring_bytes(kStages), bars[warp]);
-  ring.retarget(a.weights + expert * a.expert_stride + static_cast<int64_t>(tile) * a.chunks * kChunkBytes,
-                a.chunks * split / ksplit, a.chunks * (split + 1) / ksplit);
+  ring.retarget(a, a.weights + expert * a.expert_stride + static_cast<int64_t>(tile) * a.chunks * kChunkBytes, split,
+                ksplit);
   const int groups = has_tile ? ring.groups() : 0;
   // The weights do not depend on the activations: request the first stages of the first batch now.
   const int first_batch = blockIdx.z * kBatchRows;

@@ -25,27 +25,27 @@ int64_t source_row(int64_t tile, int local_row, bool swiglu_pairs) {
 }
 
 namespace {
-// The lane and half that hold (local_row, block % 4) of a chunk.
-int lane_of(int local_row, int64_t block) { return (local_row % 8) * 4 + static_cast<int>(block % kChunkBlocks); }
 int64_t record_of(const PackedShape& shape, int64_t tile, int64_t block) {
   return (tile * shape.chunks + block / kChunkBlocks) * kChunkBytes;
 }
 }  // namespace
 
 int64_t packed_weight_offset(const PackedShape& shape, int64_t tile, int local_row, int64_t block) {
-  return record_of(shape, tile, block) + (local_row / 8) * 512 + lane_of(local_row, block) * 16;
+  return record_of(shape, tile, block) +
+         record_data_offset(local_row % 8, static_cast<int>(block % kChunkBlocks), local_row / 8);
 }
 
 int64_t packed_scale_offset(const PackedShape& shape, int64_t tile, int local_row, int64_t block) {
-  return record_of(shape, tile, block) + kChunkWeightBytes + lane_of(local_row, block) * 2 + local_row / 8;
+  return record_of(shape, tile, block) +
+         record_scale_offset(local_row % 8, static_cast<int>(block % kChunkBlocks), local_row / 8);
 }
 
 void pack_expert(const uint8_t* blocks, const uint8_t* scales, const PackedShape& shape, bool swiglu_pairs,
                  uint8_t* packed) {
   // Padding blocks: zero weights, scale 127 (1.0).
   for (int64_t r = 0; r < shape.tiles * shape.chunks; ++r) {
-    std::memset(packed + r * kChunkBytes, 0, kChunkWeightBytes);
-    std::memset(packed + r * kChunkBytes + kChunkWeightBytes, 127, kChunkScaleBytes);
+    std::memset(packed + r * kChunkBytes, 127, kChunkScaleBytes);
+    std::memset(packed + r * kChunkBytes + kChunkScaleBytes, 0, kChunkWeightBytes);
   }
   for (int64_t tile = 0; tile < shape.tiles; ++tile)
     for (int local_row = 0; local_row < kTileRows; ++local_row) {
@@ -57,7 +57,7 @@ void pack_expert(const uint8_t* blocks, const uint8_t* scales, const PackedShape
       }
     }
   // Every weight word into the kernels' scattered bit order (mx_decode.cuh).
-  for (int64_t r = 0; r < shape.tiles * shape.chunks; ++r) kernels::pack_e2m1_words(packed + r * kChunkBytes, kChunkWeightBytes / 4);
+  for (int64_t r = 0; r < shape.tiles * shape.chunks; ++r) kernels::pack_e2m1_words(packed + r * kChunkBytes + kChunkScaleBytes, kChunkWeightBytes / 4);
 }
 
 bool needs_wide_scales(const uint8_t* scales, int64_t count) {

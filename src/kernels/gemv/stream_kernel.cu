@@ -64,8 +64,8 @@ __device__ __forceinline__ Item item_at(const StreamArgs& s, int index, int n1, 
 template <int kStages>
 __device__ __forceinline__ int aim_ring(WeightRing<kStages>& ring, const GemvArgs& a, const Item& it, int expert) {
   if (it.tile >= a.tiles) return 0;
-  ring.retarget(a.weights + expert * a.expert_stride + static_cast<int64_t>(it.tile) * a.chunks * kChunkBytes,
-                a.chunks * it.split / it.ksplit, a.chunks * (it.split + 1) / it.ksplit);
+  ring.retarget(a, a.weights + expert * a.expert_stride + static_cast<int64_t>(it.tile) * a.chunks * kChunkBytes,
+                it.split, it.ksplit);
   return ring.groups();
 }
 

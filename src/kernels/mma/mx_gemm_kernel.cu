@@ -144,14 +144,13 @@ __global__ void __launch_bounds__(kThreads, 1) mx_gemm_kernel(const MxArgs a) {
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const uint8_t* record = wst + (wt + q) * gemv::kChunkBytes;
-            const uint32_t word = *reinterpret_cast<const uint32_t*>(record + h * 512 + (4 * g + b) * 16 + 4 * t);
+            const uint32_t word = *reinterpret_cast<const uint32_t*>(record + gemv::record_data_offset(g, b, h) + 4 * t);
             mx_weight_slots<Atom::kContainers>(word, bw[q][h][0], bw[q][h][1]);
-            const uint8_t* scales = record + gemv::kChunkWeightBytes;
             if constexpr (Atom::kContainers) {
-              sfb[q][h] = scales[(4 * g + b) * 2 + h];
+              sfb[q][h] = record[gemv::record_scale_offset(g, b, h)];
             } else {
-              fb[q][h][0] = e8m0_value(scales[(4 * (2 * t) + b) * 2 + h]);
-              fb[q][h][1] = e8m0_value(scales[(4 * (2 * t + 1) + b) * 2 + h]);
+              fb[q][h][0] = e8m0_value(record[gemv::record_scale_offset(2 * t, b, h)]);
+              fb[q][h][1] = e8m0_value(record[gemv::record_scale_offset(2 * t + 1, b, h)]);
             }
           }
 #pragma unroll

@@ -105,7 +105,7 @@ __device__ __forceinline__ void swap_chunk(uint32_t act, uint32_t records, uint3
     for (int q = 0; q < 2; ++q)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        Atom::decode(kernels::ld_shared_u32(records + q * gemv::kChunkBytes + h * 512 + 4 * w), scales[q][h],
+        Atom::decode(kernels::ld_shared_u32(records + q * gemv::kChunkBytes + h * gemv::kRecordHalfBytes + 4 * w), scales[q][h],
                      frag[q][h]);
     // granule_slot(t, w) - granule_slot(t, 0): the word's 16-byte group within the row
     const int word_offset = ((w >> 1) * 8 + (w & 1) * 4) * 16;
@@ -167,8 +167,8 @@ __device__ __forceinline__ void swap_gemm_block(const MmaArgs& a) {
     if (!warp_active) return;
     const uint32_t at = smem_base + stage * S::kStageBytes;
     const uint32_t act = at + (n0 * 8 + g) * kRowBytes + granule_slot(t, 0) * 16;
-    const uint32_t records = at + S::kActBytes + wt * gemv::kChunkBytes + lane * 16;
-    const uint32_t scales = at + S::kActBytes + wt * gemv::kChunkBytes + gemv::kChunkWeightBytes + lane * 2;
+    const uint32_t records = at + S::kActBytes + wt * gemv::kChunkBytes + gemv::lane_data_offset(lane);
+    const uint32_t scales = at + S::kActBytes + wt * gemv::kChunkBytes + gemv::lane_scale_offset(lane);
     // A compile-time group count per path: a run-time bound in the unrolled loop cost a branch and a
     // warp re-convergence before every group's MMAs. Half the groups when the rows fit in them.
     if (groups > S::kNb / 2)

@@ -128,15 +128,15 @@ __device__ __forceinline__ void wgmma_chunk(uint32_t act, const uint8_t* record,
                                             Between&& between) {
   static_assert(kN <= kRows, "the instruction's rows are the block's first");
   float(&d)[kN / 2] = *reinterpret_cast<float(*)[kN / 2]>(&acc);
-  const uint32_t sc = *reinterpret_cast<const uint16_t*>(record + gemv::kChunkWeightBytes + lane * 2);
+  const uint32_t sc = *reinterpret_cast<const uint16_t*>(record + gemv::lane_scale_offset(lane));
   const typename Atom::Scale s_lo = Atom::scale(sc & 0xFFu), s_hi = Atom::scale(sc >> 8);
   // K step s starts (s / 4) half-chunks and (s % 4) * 32 bytes into the stage: added to the
   // descriptor's address field (address >> 4, no carry out of it below 256 KB).
   const uint64_t desc0 = kernels::wgmma_desc_sw128(act);
   // The lane's 8 words (rows g and g+8) in two 16-byte loads before the first wait, so no word's load
   // latency sits between a wait and its decode (2-3% at T = 1024 to 4096 on an H200; 8 registers).
-  const uint4 words_lo = *reinterpret_cast<const uint4*>(record + lane * 16);
-  const uint4 words_hi = *reinterpret_cast<const uint4*>(record + 512 + lane * 16);
+  const uint4 words_lo = *reinterpret_cast<const uint4*>(record + gemv::lane_data_offset(lane));
+  const uint4 words_hi = *reinterpret_cast<const uint4*>(record + gemv::lane_data_offset(lane) + gemv::kRecordHalfBytes);
   const uint32_t wl[4] = {words_lo.x, words_lo.y, words_lo.z, words_lo.w};
   const uint32_t wh[4] = {words_hi.x, words_hi.y, words_hi.z, words_hi.w};
 #pragma unroll
