@@ -98,7 +98,8 @@ TEST_P(GemvLayout, LastChunksBlocksAreOneRunBeforeTheCut) {
   const PackedShape shape = packed_shape(c.rows, c.kblocks);
   const int n = static_cast<int>(c.kblocks % 4);
   ASSERT_EQ(tail_cut_bytes(c.kblocks), n == 0 ? 0 : 256 * (4 - n));
-  std::vector<uint8_t> blocks(static_cast<size_t>(c.rows * c.kblocks * 16), 0x5A), scales(static_cast<size_t>(c.rows * c.kblocks), 3);
+  std::vector<uint8_t> blocks(static_cast<size_t>(c.rows * c.kblocks * 16), 0x5A);
+  std::vector<uint8_t> scales(static_cast<size_t>(c.rows * c.kblocks), 3);
   std::vector<uint8_t> packed(static_cast<size_t>(shape.bytes()), 0xAB);
   pack_expert(blocks.data(), scales.data(), shape, c.swiglu, packed.data());
   const int begin = n == 0 ? 0 : 64 - 16 * n, end = kChunkBytes - tail_cut_bytes(c.kblocks);

@@ -57,7 +57,8 @@ void pack_expert(const uint8_t* blocks, const uint8_t* scales, const PackedShape
       }
     }
   // Every weight word into the kernels' scattered bit order (mx_decode.cuh).
-  for (int64_t r = 0; r < shape.tiles * shape.chunks; ++r) kernels::pack_e2m1_words(packed + r * kChunkBytes + kChunkScaleBytes, kChunkWeightBytes / 4);
+  for (int64_t r = 0; r < shape.tiles * shape.chunks; ++r)
+    kernels::pack_e2m1_words(packed + r * kChunkBytes + kChunkScaleBytes, kChunkWeightBytes / 4);
 }
 
 bool needs_wide_scales(const uint8_t* scales, int64_t count) {

@@ -87,7 +87,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kMTiles>) mma_gemm_kernel
       for (int q = 0; q < 2; ++q) {
         const uint8_t* record = wst + (wt + q) * gemv::kChunkBytes;
         const uint4 lo = *reinterpret_cast<const uint4*>(record + gemv::lane_data_offset(lane));
-        const uint4 hi = *reinterpret_cast<const uint4*>(record + gemv::lane_data_offset(lane) + gemv::kRecordHalfBytes);
+        const uint4 hi =
+            *reinterpret_cast<const uint4*>(record + gemv::lane_data_offset(lane) + gemv::kRecordHalfBytes);
         const uint32_t sc = *reinterpret_cast<const uint16_t*>(record + gemv::lane_scale_offset(lane));
         words[q][0][0] = lo.x, words[q][0][1] = lo.y, words[q][0][2] = lo.z, words[q][0][3] = lo.w;
         words[q][1][0] = hi.x, words[q][1][1] = hi.y, words[q][1][2] = hi.z, words[q][1][3] = hi.w;

@@ -144,7 +144,8 @@ __global__ void __launch_bounds__(kThreads, 1) mx_gemm_kernel(const MxArgs a) {
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const uint8_t* record = wst + (wt + q) * gemv::kChunkBytes;
-            const uint32_t word = *reinterpret_cast<const uint32_t*>(record + gemv::record_data_offset(g, b, h) + 4 * t);
+            const uint32_t word =
+                *reinterpret_cast<const uint32_t*>(record + gemv::record_data_offset(g, b, h) + 4 * t);
             mx_weight_slots<Atom::kContainers>(word, bw[q][h][0], bw[q][h][1]);
             if constexpr (Atom::kContainers) {
               sfb[q][h] = record[gemv::record_scale_offset(g, b, h)];

@@ -105,8 +105,8 @@ __device__ __forceinline__ void swap_chunk(uint32_t act, uint32_t records, uint3
     for (int q = 0; q < 2; ++q)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        Atom::decode(kernels::ld_shared_u32(records + q * gemv::kChunkBytes + h * gemv::kRecordHalfBytes + 4 * w), scales[q][h],
-                     frag[q][h]);
+        Atom::decode(kernels::ld_shared_u32(records + q * gemv::kChunkBytes + h * gemv::kRecordHalfBytes + 4 * w),
+                     scales[q][h], frag[q][h]);
     // granule_slot(t, w) - granule_slot(t, 0): the word's 16-byte group within the row
     const int word_offset = ((w >> 1) * 8 + (w & 1) * 4) * 16;
     static_assert(kGroups % 2 == 0 || kGroups == 1, "groups in pairs, or the 16-row tile's single group");

@@ -90,7 +90,8 @@ __global__ void __launch_bounds__(kThreads, 1) wide_gemm_kernel(const MmaArgs a)
     if (tile0 + warp < a.tiles) {
       const uint8_t* record = act + kActBytes + warp * gemv::kChunkBytes;
       const uint4 lo = *reinterpret_cast<const uint4*>(record + gemv::lane_data_offset(lane));
-      const uint4 hi = *reinterpret_cast<const uint4*>(record + gemv::lane_data_offset(lane) + gemv::kRecordHalfBytes);
+      const uint4 hi =
+          *reinterpret_cast<const uint4*>(record + gemv::lane_data_offset(lane) + gemv::kRecordHalfBytes);
       const uint32_t sc = *reinterpret_cast<const uint16_t*>(record + gemv::lane_scale_offset(lane));
       const typename Atom::Scale scales[2] = {Atom::scale(sc & 0xFFu), Atom::scale(sc >> 8)};
       const uint32_t words[2][4] = {{lo.x, lo.y, lo.z, lo.w}, {hi.x, hi.y, hi.z, hi.w}};

@@ -135,8 +135,9 @@ __device__ __forceinline__ void wgmma_chunk(uint32_t act, const uint8_t* record,
   const uint64_t desc0 = kernels::wgmma_desc_sw128(act);
   // The lane's 8 words (rows g and g+8) in two 16-byte loads before the first wait, so no word's load
   // latency sits between a wait and its decode (2-3% at T = 1024 to 4096 on an H200; 8 registers).
-  const uint4 words_lo = *reinterpret_cast<const uint4*>(record + gemv::lane_data_offset(lane));
-  const uint4 words_hi = *reinterpret_cast<const uint4*>(record + gemv::lane_data_offset(lane) + gemv::kRecordHalfBytes);
+  const uint8_t* data = record + gemv::lane_data_offset(lane);
+  const uint4 words_lo = *reinterpret_cast<const uint4*>(data);
+  const uint4 words_hi = *reinterpret_cast<const uint4*>(data + gemv::kRecordHalfBytes);
   const uint32_t wl[4] = {words_lo.x, words_lo.y, words_lo.z, words_lo.w};
   const uint32_t wh[4] = {words_hi.x, words_hi.y, words_hi.z, words_hi.w};
 #pragma unroll
