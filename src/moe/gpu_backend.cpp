@@ -497,6 +497,7 @@ class GpuBackend final : public BackendImpl {
       sm90::to_chunk_order(hidden, expanded, tokens * config_.top_k, config_.hidden, stream, ws.routing.row_pair,
                            config_.top_k);
       a.act = expanded;
+      a.half_tail = sm90::half_tail(config_.hidden);
       a.k = static_cast<int>(sm90::padded_k(config_.hidden));
     } else if (tile.swap_ab) {  // the swap-AB tiles read their activations in the decode's pair order
       mma::permute_words(hidden, ws.permuted_hidden, tokens * config_.hidden, stream);
@@ -513,6 +514,7 @@ class GpuBackend final : public BackendImpl {
     a.act = static_cast<const uint16_t*>(ws.intermediate);  // GEMM1 wrote it in the order GEMM2 reads
     a.out = ws.expert_rows;
     if (tile.wgmma) {
+      a.half_tail = sm90::half_tail(config_.intermediate);
       a.k = static_cast<int>(sm90::padded_k(config_.intermediate));
       sm90::launch_wgmma<false>(a, tokens, max_active, mma::block_m(tile.m_tiles), stream);
     } else {

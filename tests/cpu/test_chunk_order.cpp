@@ -38,10 +38,42 @@ TEST(ChunkOrder, EachKStepHoldsTheLanesDecodedPairs) {
   }
 }
 
-TEST(ChunkOrder, RowsAreChunksInOrder) {
-  for (int c = 0; c < 3; ++c)
-    for (int k = 0; k < gemv::kChunkK; ++k)
-      EXPECT_EQ(row_position(c * gemv::kChunkK + k), c * gemv::kChunkK + chunk_position(k)) << c << ", " << k;
+// The half chunk (K % 128 == 64): in K step s = 2j + h (0..3), lane q's slots are the decoded pairs 2h
+// and 2h + 1 of word 2 (q % 2) + j of MX block q / 2; stored elements 64..127 (the padding) stay in place.
+TEST(ChunkOrder, HalfChunkStepsHoldTheLanesDecodedPairs) {
+  int stored[gemv::kChunkK];
+  std::set<int> seen;
+  for (int k = 0; k < gemv::kChunkK; ++k) {
+    stored[tail_position(k)] = k;
+    seen.insert(tail_position(k));
+    if (k >= gemv::kChunkK / 2) EXPECT_EQ(tail_position(k), k);
+  }
+  EXPECT_EQ(seen.size(), static_cast<size_t>(gemv::kChunkK));
+  EXPECT_EQ(*seen.rbegin(), gemv::kChunkK - 1);
+  for (int s = 0; s < 4; ++s) {
+    const int j = s / 2, h = s % 2;
+    for (int q = 0; q < 4; ++q)
+      for (int half = 0; half < 2; ++half) {
+        const int pair = 2 * h + half, word = 2 * (q % 2) + j;
+        for (int i = 0; i < 2; ++i)
+          EXPECT_EQ(stored[16 * s + 8 * half + 2 * q + i], 32 * (q / 2) + 8 * word + (3 - pair) + 4 * i)
+              << "step " << s << ", lane q " << q << ", slot half " << half << ", element " << i;
+      }
+  }
+}
+
+TEST(ChunkOrder, RowsAreChunksInOrderWithTheHalfChunkLast) {
+  EXPECT_FALSE(half_tail(2944));
+  EXPECT_TRUE(half_tail(2880));
+  EXPECT_FALSE(half_tail(2912));
+  EXPECT_TRUE(half_tail(64));
+  for (const int row_k : {384, 2880, 2912, 64})
+    for (int c = 0; c * gemv::kChunkK < row_k; ++c)
+      for (int k = 0; k < gemv::kChunkK; ++k) {
+        const bool tail = row_k % gemv::kChunkK == 64 && (c + 1) * gemv::kChunkK > row_k;
+        EXPECT_EQ(row_position(c * gemv::kChunkK + k, row_k), c * gemv::kChunkK + (tail ? tail_position(k) : chunk_position(k)))
+            << "K " << row_k << ", chunk " << c << ", element " << k;
+      }
 }
 
 TEST(ChunkOrder, PadsRowsToWholeChunks) {

@@ -26,6 +26,9 @@ struct MmaArgs : kernels::GroupedWeights, kernels::GroupedRouting {
   // (zeroed before it, by the route: RoutingBuffers::zero_counts), and GEMM2 starts an expert's m-tiles once its count is
   // complete instead of waiting for GEMM1's whole grid. Null: the grid wait.
   int32_t* expert_done = nullptr;
+  // The wgmma tiles: K % 128 == 64, so the activations' last chunk is in the half chunk's order
+  // (sm90/chunk_order.hpp) and the tiles run it as one.
+  bool half_tail = false;
 };
 
 inline constexpr int kBlockN = 256;      // weight rows per block (8 warps x 32)

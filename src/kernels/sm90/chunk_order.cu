@@ -1,5 +1,6 @@
 // chunk_order.hpp: one stored 16-byte group per thread, grid-stride. Stored group j of a chunk holds
-// pair p = j % 4 of word w = j / 4 of blocks 0..3: natural elements 32q + 8w + (3 - p) + 4i.
+// pair p = j % 4 of word w = j / 4 of blocks 0..3: natural elements 32q + 8w + (3 - p) + 4i (the half
+// chunk: below).
 #include "kernels/sm90/chunk_order.hpp"
 
 #include <algorithm>
@@ -20,14 +21,19 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < groups; i += int64_t{gridDim.x} * kThreads) {
     const int64_t row = i / groups_per_row;
     const int gi = static_cast<int>(i % groups_per_row);
-    const int j = gi & 15, w = j >> 2, p = j & 3;
-    const int base = (gi >> 4) * gemv::kChunkK + 8 * w + (3 - p);
+    const int j = gi & 15, p = j & 3;
+    const int chunk = (gi >> 4) * gemv::kChunkK;
+    // The half chunk (chunk_order.hpp): group j < 8 holds pair p of words 2 (q % 2) + j / 4 of blocks
+    // q / 2 (q = 0..3); groups 8..15 are padding.
+    const bool tail = half_tail(k) && chunk + gemv::kChunkK > k;
     const int64_t source = row_pair ? row_pair[row] / top_k : row;
     const uint16_t* src = in + source * k;
     uint32_t v[4];
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-      const int k0 = base + 32 * q, k1 = k0 + 4;
+      const int k0 = tail ? (j < 8 ? chunk + 32 * (q >> 1) + 8 * (2 * (q & 1) + (j >> 2)) + (3 - p) : k)
+                          : chunk + 32 * q + 8 * (j >> 2) + (3 - p),
+                k1 = k0 + 4;
       const uint32_t lo = k0 < k ? src[k0] : 0u, hi = k1 < k ? src[k1] : 0u;
       v[q] = lo | (hi << 16);
     }

@@ -28,9 +28,25 @@ static_assert(chunk_position(3) == 0 && chunk_position(7) == 1 && chunk_position
                   chunk_position(99) == 6 && chunk_position(2) == 8 && chunk_position(8 + 3) == 32,
               "K step 0: pair (3,7) of blocks 0..3, then pair (2,6); word 1 from element 32");
 
-// The stored position of element k of a whole row (chunk by chunk).
-constexpr int row_position(int k) {
-  return (k & ~(gemv::kChunkK - 1)) + chunk_position(k & (gemv::kChunkK - 1));
+// When K % 128 == 64 (gpt-oss: K = 2880), a row's last chunk holds two MX blocks, and the wgmma tiles
+// run it as a half chunk: 4 K steps over stored elements 0..63, in which lane q holds block q / 2, words
+// 2 (q % 2) and 2 (q % 2) + 1 (K step s = 2j + h: decoded pairs 2h, 2h + 1 of the lane's word j), so no
+// MMA, decode or copy touches the padding. Stored elements 64..127 are the padding, in place.
+constexpr bool half_tail(int64_t k) { return k % gemv::kChunkK == gemv::kChunkK / 2; }
+constexpr int tail_position(int k) {
+  if (k >= gemv::kChunkK / 2) return k;
+  const int b = k >> 5, w = (k >> 3) & 3, pp = mma::permuted_position(k & 7);
+  return 32 * (w & 1) + 8 * (pp >> 1) + 2 * (2 * b + (w >> 1)) + (pp & 1);
+}
+static_assert(tail_position(3) == 0 && tail_position(7) == 1 && tail_position(19) == 2 && tail_position(35) == 4 &&
+                  tail_position(11) == 32 && tail_position(64) == 64,
+              "half chunk, K step 0: pair (3,7) of block 0's words 0 and 2, then block 1's");
+
+// The stored position of element k of a whole row of K elements (chunk by chunk; the half chunk last).
+constexpr int row_position(int k, int64_t row_k) {
+  const int chunk = k & ~(gemv::kChunkK - 1), in_chunk = k & (gemv::kChunkK - 1);
+  const bool tail = half_tail(row_k) && chunk == static_cast<int>(row_k & ~int64_t{gemv::kChunkK - 1});
+  return chunk + (tail ? tail_position(in_chunk) : chunk_position(in_chunk));
 }
 
 // out [rows, padded_k(k)] = in [rows, k] in chunk order, zeros past k; 16-byte aligned buffers. With

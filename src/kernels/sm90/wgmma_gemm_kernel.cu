@@ -11,6 +11,11 @@
 // wgmmas per warpgroup are 4 groups, one per decoded word; the last of them are retired while the next
 // chunk is issued (wgmma_chunk), so a warp releases a stage during the next chunk (the 32-row tile, after
 // its word 1) or at the next chunk's end (the 64- and 128-row tiles: kLateRelease in the kernel).
+//
+// When K % 128 == 64 (gpt-oss: K = 2880 = 22.5 chunks) the last chunk is a half chunk (chunk_order.hpp):
+// its stage holds only the first activation half and each tile's run of two blocks (wgmma_stage.cuh),
+// and it runs 4 wgmmas instead of 8 (wgmma_half_chunk), so no copy, decode or MMA touches the padding:
+// 2.2% of the weight bytes and of the work at K = 2880.
 #include <cuda_bf16.h>
 
 #include <string_view>
@@ -158,6 +163,39 @@ __device__ __forceinline__ void wgmma_chunk(uint32_t act, const uint8_t* record,
   }
 }
 
+// The half chunk (chunk_order.hpp: K % 128 == 64, the last chunk holds two MX blocks): 4 K steps, lane
+// (g, q) decoding words 2 (q % 2) and 2 (q % 2) + 1 of block q / 2, two groups of two wgmmas over the
+// stage's first activation half. `record`: where the warp's whole record would start (its run sits at
+// kHalfRunStart of it). between(0) and between(1) run under the groups, as in wgmma_chunk.
+template <class Atom, int kRows, int kN, class Between>
+__device__ __forceinline__ void wgmma_half_chunk(uint32_t act, const uint8_t* record, int lane,
+                                                 float (&acc)[kRows / 2], Between&& between) {
+  static_assert(kN <= kRows, "the instruction's rows are the block's first");
+  float(&d)[kN / 2] = *reinterpret_cast<float(*)[kN / 2]>(&acc);
+  const int g = lane >> 2, block = (lane & 3) >> 1;
+  const uint32_t sc = *reinterpret_cast<const uint16_t*>(record + gemv::record_scale_offset(g, block, 0));
+  const typename Atom::Scale s_lo = Atom::scale(sc & 0xFFu), s_hi = Atom::scale(sc >> 8);
+  const uint64_t desc0 = kernels::wgmma_desc_sw128(act);
+  const uint8_t* data = record + gemv::record_data_offset(g, block, 0) + 8 * (lane & 1);
+  const uint2 words_lo = *reinterpret_cast<const uint2*>(data);
+  const uint2 words_hi = *reinterpret_cast<const uint2*>(data + gemv::kRecordHalfBytes);
+  const uint32_t wl[2] = {words_lo.x, words_lo.y};
+  const uint32_t wh[2] = {words_hi.x, words_hi.y};
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    kernels::wgmma_wait<1>();
+    uint32_t lo[4], hi[4];
+    Atom::decode(wl[j], s_lo, lo);
+    Atom::decode(wh[j], s_hi, hi);
+    kernels::wgmma_fence();
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      wgmma_rs<kN>(d, lo[2 * h], hi[2 * h], lo[2 * h + 1], hi[2 * h + 1], desc0 + static_cast<uint64_t>((2 * j + h) * 2));
+    kernels::wgmma_commit();
+    between(j);
+  }
+}
+
 template <bool kGemm1, bool kWideScales, int kRows>
 __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
     wgmma_gemm_kernel(const mma::MmaArgs a, const __grid_constant__ WgmmaMaps maps) {
@@ -194,6 +232,7 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
   const bool producer = threadIdx.x == 0;
   if (producer) {
     kernels::tma_prefetch_map(&maps.weights);
+    if (a.half_tail) kernels::tma_prefetch_map(&maps.weights_half);
     kernels::tma_prefetch_map(&maps.act);
     // The narrower paths' maps only where the tile has those paths (launch_wgmma leaves the others zero).
 #pragma unroll
@@ -214,10 +253,16 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
   const int path = narrowest_path<S>(tile.rows);
   const CUtensorMap* act_map = path < S::kNarrowPaths ? &maps.act_narrow[path] : &maps.act;
   const uint32_t act_box_bytes = static_cast<uint32_t>(S::path_n(path)) * kLineBytes;
+  // The last chunk is a half chunk when K % 128 == 64 (MmaArgs::half_tail).
+  const int whole_chunks = a.half_tail ? a.chunks - 1 : a.chunks;
   auto load = [&](int c) {
     const int stage = c % kStages;
-    load_stage<S::kHalfBytes, kTiles>(smem + stage * S::kStageBytes, maps, act_map, act_box_bytes, c, expert_tile0,
-                                      tile.row0, &full[stage]);
+    if (c < whole_chunks)
+      load_stage<S::kHalfBytes, kTiles>(smem + stage * S::kStageBytes, maps, act_map, act_box_bytes, c, expert_tile0,
+                                        tile.row0, &full[stage]);
+    else
+      load_half_stage<S::kHalfBytes, kTiles>(smem + stage * S::kStageBytes, maps, act_map, act_box_bytes, c,
+                                             expert_tile0, tile.row0, &full[stage]);
   };
   if (producer)
     for (int c = 0; c < kAhead && c < a.chunks; ++c) load(c);
@@ -240,7 +285,9 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
   const bool group_active = tile0 + (warp & ~3) < a.tiles;
   float acc[kRows / 2] = {};
 
-  for (int c = 0; c < a.chunks; ++c) {
+  // Chunk c, a whole one or (kHalf) the half chunk.
+  auto run_chunk = [&](int c, auto half) {
+    constexpr bool kHalf = decltype(half)::value;
     const int stage = c % kStages;
     kernels::mbarrier_wait_parity(&full[stage], static_cast<uint32_t>(c / kStages) & 1u);
     // Chunk c - 1's wgmma groups are all retired after word 1's wait: then its stage is released, and the
@@ -268,10 +315,19 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
     };
     const uint8_t* st = smem + stage * S::kStageBytes;
     if (group_active) {
-      const uint8_t* record = st + S::kActBytes + warp * gemv::kChunkBytes;
-      with_path_width<S>(path, [&](auto n) {
-        wgmma_chunk<Atom, kRows, decltype(n)::value>(smem_address(st), record, lane, acc, between);
-      });
+      if constexpr (kHalf) {
+        const uint8_t* record = st + S::kActBytes + warp * kHalfRunBytes - kHalfRunStart;
+        with_path_width<S>(path, [&](auto n) {
+          wgmma_half_chunk<Atom, kRows, decltype(n)::value>(smem_address(st), record, lane, acc, between);
+        });
+        between(2);
+        between(3);
+      } else {
+        const uint8_t* record = st + S::kActBytes + warp * gemv::kChunkBytes;
+        with_path_width<S>(path, [&](auto n) {
+          wgmma_chunk<Atom, kRows, decltype(n)::value>(smem_address(st), record, lane, acc, between);
+        });
+      }
     } else {
       __syncwarp();
 #pragma unroll
@@ -281,6 +337,16 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
       release();
       refill();
     }
+  };
+  for (int c = 0; c < whole_chunks; ++c) run_chunk(c, std::false_type{});
+  // The half chunk runs in a branch: every wgmma is retired on both of its sides, so ptxas sees no
+  // accumulator moved while one is in flight (which would serialise every wgmma of the kernel, C7515).
+  kernels::wgmma_wait<0>();
+  kernels::wgmma_fence_operands(acc);
+  if (whole_chunks < a.chunks) {
+    run_chunk(whole_chunks, std::true_type{});
+    kernels::wgmma_wait<0>();
+    kernels::wgmma_fence_operands(acc);
   }
   kernels::wgmma_wait<0>();
   kernels::wgmma_fence_operands(acc);
@@ -295,12 +361,12 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
     // zero weights of its records' blocks past K.
     const int features = a.n / 2, pad = static_cast<int>(pitch) - features;
     for (int i = threadIdx.x; i < tile.rows * pad; i += kThreads)
-      static_cast<uint16_t*>(a.out)[(tile.row0 + i / pad) * pitch + row_position(features + i % pad)] = 0;
+      static_cast<uint16_t*>(a.out)[(tile.row0 + i / pad) * pitch + row_position(features + i % pad, features)] = 0;
   }
   if (my_tile >= a.tiles) return;
   const float(&acc_tiles)[1][kRows / 8][4] = *reinterpret_cast<const float(*)[1][kRows / 8][4]>(&acc);
   const mma::EpilogueArgs epilogue{a.bias, a.n, a.row_pair, a.pair_weights, a.out, a.alpha, a.limit};
-  auto gemm1_index = [pitch](int64_t row, int f) { return row * pitch + row_position(f); };
+  auto gemm1_index = [pitch, features = a.n / 2](int64_t row, int f) { return row * pitch + row_position(f, features); };
   if constexpr (kStagedEpilogue)
     mma::store_swap_rows<kGemm1>(epilogue, acc_tiles, tile.row0, tile.rows, my_tile, 0, g, t, gemm1_index,
                                  [my_bias = bias_rows[warp]](int, int j) { return mma::bf16_at(my_bias + j); },
@@ -417,6 +483,12 @@ void launch_wgmma(const mma::MmaArgs& a, int64_t tokens, int max_active, int row
   const uint32_t record_box[] = {kRecordWords, 1, kTiles};
   maps.weights = kernels::encode_tiled_map("wgmma weights", CU_TENSOR_MAP_DATA_TYPE_UINT64, a.weights, record_dims,
                                            record_strides, record_box, CU_TENSOR_MAP_SWIZZLE_NONE);
+  if (a.half_tail) {
+    const uint32_t run_box[] = {kHalfRunWords, 1, kTiles};
+    maps.weights_half = kernels::encode_tiled_map("wgmma weights (half chunk)", CU_TENSOR_MAP_DATA_TYPE_UINT64,
+                                                  a.weights, record_dims, record_strides, run_box,
+                                                  CU_TENSOR_MAP_SWIZZLE_NONE);
+  }
   const uint64_t act_dims[] = {static_cast<uint64_t>(a.k), static_cast<uint64_t>(tokens * a.top_k)};
   const uint64_t act_strides[] = {static_cast<uint64_t>(a.k) * 2};
   auto act_map = [&](const char* what, int box_rows) {

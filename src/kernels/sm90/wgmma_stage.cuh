@@ -28,10 +28,19 @@ struct WgmmaMaps {
   CUtensorMap act;      // 2D bf16: K padded to whole chunks, rows; box {64, rows}, 128-byte swizzle
   // The same with box {64, N} for each narrower path's N (WgShape::narrow_n); zero past the tile's.
   CUtensorMap act_narrow[kMaxNarrowPaths];
+  // The half chunk (MmaArgs::half_tail): the weights' map with box {kHalfRunWords, 1, 16}, the records'
+  // run of their first two blocks (gemv_layout.hpp); zero otherwise.
+  CUtensorMap weights_half;
 };
 
 inline constexpr int kRecordWords = gemv::kChunkBytes / 8;  // a record in 8-byte elements
 static_assert(gemv::kChunkBytes % 16 == 0, "records are whole 16-byte units (the tensor map's strides)");
+// A half chunk's record: the run of bytes [kHalfRunStart, + kHalfRunBytes) holds its two blocks' scales
+// and data, and its stage holds the tiles' runs back to back.
+inline constexpr int kHalfRunStart = gemv::record_scale_offset(0, 1, 0);
+inline constexpr int kHalfRunBytes = gemv::record_data_offset(0, 2, 0) - kHalfRunStart;
+inline constexpr int kHalfRunWords = kHalfRunBytes / 8;
+static_assert(kHalfRunStart % 8 == 0 && kHalfRunBytes % 16 == 0, "the run is whole 16-byte units of 8-byte words");
 
 // Chunk c of the block's tiles (the first of them tile `expert_tile0` of the [experts x tiles] view)
 // and of its m-tile (first row `row0`) into the stage at `stage` (activation halves of kHalfBytes, then
@@ -47,6 +56,16 @@ __device__ __forceinline__ void load_stage(uint8_t* stage, const WgmmaMaps& maps
   kernels::tma_load_3d(stage + 2 * kHalfBytes, &maps.weights, 0, c, expert_tile0, full);
   kernels::tma_load_2d(stage, act, c * gemv::kChunkK, row0, full);
   kernels::tma_load_2d(stage + kHalfBytes, act, c * gemv::kChunkK + gemv::kChunkK / 2, row0, full);
+}
+
+// The half chunk c (the last, MmaArgs::half_tail): the tiles' runs and the first activation half.
+template <int kHalfBytes, int kTiles>
+__device__ __forceinline__ void load_half_stage(uint8_t* stage, const WgmmaMaps& maps, const CUtensorMap* act,
+                                                uint32_t act_box_bytes, int c, int expert_tile0, int row0,
+                                                uint64_t* full) {
+  kernels::mbarrier_arrive_expect_tx(full, act_box_bytes + kTiles * kHalfRunBytes);
+  kernels::tma_load_3d(stage + 2 * kHalfBytes, &maps.weights_half, kHalfRunStart / 8, c, expert_tile0, full);
+  kernels::tma_load_2d(stage, act, c * gemv::kChunkK, row0, full);
 }
 
 }  // namespace mxmoe::sm90
