@@ -413,10 +413,12 @@ TEST(GpuLayerVariants, RingStagesAndSplitKMatchReference) {
 
 // The shapes of the kernel-variant tests: several passes or m-tiles per expert (T = 1000 on 32
 // experts, and one expert taking every token), fewer rows than a batch or tile (T = 3), K not a
-// multiple of 128, wide scales, gpt-oss's K with 40 rows per expert.
+// multiple of 128, wide scales, gpt-oss's K with 40 rows per expert, both K % 128 == 64 (the wgmma tiles'
+// half chunk) with wide scales.
 constexpr InputCase kVariantCases[] = {{32, 4, 256, 192, 1000, false, false}, {32, 4, 256, 192, 1000, true, false},
                                        {8, 2, 64, 64, 3, false, false},       {5, 3, 96, 160, 37, false, false},
-                                       {16, 4, 384, 256, 300, false, true},   {8, 4, 2880, 2880, 80, false, false}};
+                                       {16, 4, 384, 256, 300, false, true},   {8, 4, 2880, 2880, 80, false, false},
+                                       {16, 4, 192, 320, 300, false, true}};
 
 // The GEMV family's 16-row batch (two MMAs per decoded weight fragment, 16 warps per block) against
 // the reference, and bit for bit against the 8-row batch without split-K: a column's sum runs in the
