@@ -317,11 +317,11 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
     if (group_active) {
       if constexpr (kHalf) {
         const uint8_t* record = st + S::kActBytes + warp * kHalfRunBytes - kHalfRunStart;
+        // The last chunk: between(0) and between(1) inside release chunk c - 1's stage; nothing is left
+        // to refill.
         with_path_width<S>(path, [&](auto n) {
           wgmma_half_chunk<Atom, kRows, decltype(n)::value>(smem_address(st), record, lane, acc, between);
         });
-        between(2);
-        between(3);
       } else {
         const uint8_t* record = st + S::kActBytes + warp * gemv::kChunkBytes;
         with_path_width<S>(path, [&](auto n) {
@@ -348,8 +348,6 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
     kernels::wgmma_wait<0>();
     kernels::wgmma_fence_operands(acc);
   }
-  kernels::wgmma_wait<0>();
-  kernels::wgmma_fence_operands(acc);
   if constexpr (kStagedEpilogue) {
     kernels::cp_async_wait<0>();
     __syncthreads();  // the routing weights staged by another warp
