@@ -120,6 +120,23 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], uint32_t a0, uint32
     kernels::wgmma_m64n24k16_bf16_rs(d, a0, a1, a2, a3, desc);
 }
 
+// One group of two K steps from one decoded word of rows g and g+8 (wgmma_chunk and wgmma_half_chunk):
+// all groups but the last are retired first (wgmma_chunk says why), then the word's pairs 0, 1 are the
+// A fragment of the wgmma at `desc_a` and pairs 2, 3 that of the one at `desc_b`, committed as one group.
+template <class Atom, int kN>
+__device__ __forceinline__ void wgmma_word_group(float (&d)[kN / 2], uint32_t word_lo, uint32_t word_hi,
+                                                 typename Atom::Scale s_lo, typename Atom::Scale s_hi, uint64_t desc_a,
+                                                 uint64_t desc_b) {
+  kernels::wgmma_wait<1>();
+  uint32_t lo[4], hi[4];  // rows g and g+8: pairs (3,7), (2,6), (1,5), (0,4) of the word
+  Atom::decode(word_lo, s_lo, lo);
+  Atom::decode(word_hi, s_hi, hi);
+  kernels::wgmma_fence();
+  wgmma_rs<kN>(d, lo[0], hi[0], lo[1], hi[1], desc_a);
+  wgmma_rs<kN>(d, lo[2], hi[2], lo[3], hi[3], desc_b);
+  kernels::wgmma_commit();
+}
+
 // One chunk of one warpgroup: the warp's tile record decoded word by word, each word's two K steps
 // one wgmma of N = kN (the block's first kN rows, kN <= kRows) each, one group per word. Before word
 // w, all groups but the last are retired (at most one stays queued behind the one issued next), so
@@ -145,20 +162,12 @@ __device__ __forceinline__ void wgmma_chunk(uint32_t act, const uint8_t* record,
   const uint4 words_hi = *reinterpret_cast<const uint4*>(data + gemv::kRecordHalfBytes);
   const uint32_t wl[4] = {words_lo.x, words_lo.y, words_lo.z, words_lo.w};
   const uint32_t wh[4] = {words_hi.x, words_hi.y, words_hi.z, words_hi.w};
+  const auto desc = [&](int s) {
+    return desc0 + static_cast<uint64_t>(((s >> 2) * WgShape<kRows>::kHalfBytes + (s & 3) * 32) >> 4);
+  };
 #pragma unroll
   for (int w = 0; w < 4; ++w) {
-    kernels::wgmma_wait<1>();
-    uint32_t lo[4], hi[4];  // rows g and g+8: pairs (3,7), (2,6), (1,5), (0,4) of word w
-    Atom::decode(wl[w], s_lo, lo);
-    Atom::decode(wh[w], s_hi, hi);
-    kernels::wgmma_fence();
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int s = 2 * w + h;
-      const uint64_t desc = desc0 + static_cast<uint64_t>(((s >> 2) * WgShape<kRows>::kHalfBytes + (s & 3) * 32) >> 4);
-      wgmma_rs<kN>(d, lo[2 * h], hi[2 * h], lo[2 * h + 1], hi[2 * h + 1], desc);
-    }
-    kernels::wgmma_commit();
+    wgmma_word_group<Atom, kN>(d, wl[w], wh[w], s_lo, s_hi, desc(2 * w), desc(2 * w + 1));
     between(w);
   }
 }
@@ -183,15 +192,9 @@ __device__ __forceinline__ void wgmma_half_chunk(uint32_t act, const uint8_t* re
   const uint32_t wh[2] = {words_hi.x, words_hi.y};
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
-    kernels::wgmma_wait<1>();
-    uint32_t lo[4], hi[4];
-    Atom::decode(wl[j], s_lo, lo);
-    Atom::decode(wh[j], s_hi, hi);
-    kernels::wgmma_fence();
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      wgmma_rs<kN>(d, lo[2 * h], hi[2 * h], lo[2 * h + 1], hi[2 * h + 1], desc0 + static_cast<uint64_t>((2 * j + h) * 2));
-    kernels::wgmma_commit();
+    // K step s = 2j + h starts 32 bytes (2 in the descriptor's address field) after step s - 1.
+    wgmma_word_group<Atom, kN>(d, wl[j], wh[j], s_lo, s_hi, desc0 + static_cast<uint64_t>(4 * j),
+                               desc0 + static_cast<uint64_t>(4 * j + 2));
     between(j);
   }
 }
