@@ -25,6 +25,7 @@
 #include "routing/expand.hpp"
 #include "moe/backend.hpp"
 #include "moe/device_buffer.hpp"
+#include "moe/expert_packing.hpp"
 #include "moe/tune_table.hpp"
 #include "moe/workspace.hpp"
 #include "mxmoe/error.hpp"
@@ -41,27 +42,13 @@ struct PackedMatrix {
   int stages = gemv::kDefaultStages;  // weight ring stages
 };
 
-// Every expert's checkpoint blocks [rows, k/32, 16] and scales [rows, k/32] through `pack_one`
-// (expert bytes, blocks, scales, out) into one device buffer, experts `expert_bytes` apart.
-template <class PackOne>
-DeviceBuffer pack_experts(std::span<const uint8_t> blocks, std::span<const uint8_t> scales, int experts, int64_t rows,
-                          int64_t k, size_t expert_bytes, PackOne&& pack_one) {
-  std::vector<uint8_t> packed(expert_bytes * experts);
-  const auto src_w = static_cast<size_t>(rows * k / 2), src_s = static_cast<size_t>(rows * k / 32);
-  for (int e = 0; e < experts; ++e)
-    pack_one(blocks.data() + e * src_w, scales.data() + e * src_s, packed.data() + e * expert_bytes);
-  return DeviceBuffer(packed.data(), packed.size());
-}
-
 PackedMatrix upload(std::span<const uint8_t> blocks, std::span<const uint8_t> scales, std::span<const uint16_t> bias,
                     int experts, int64_t rows, int64_t k, bool swiglu_pairs) {
   PackedMatrix m;
   m.shape = gemv::packed_shape(rows, k / 32);
   m.wide_scales = gemv::needs_wide_scales(scales.data(), static_cast<int64_t>(scales.size()));
-  m.packed = pack_experts(blocks, scales, experts, rows, k, static_cast<size_t>(m.shape.bytes()),
-                          [&](const uint8_t* b, const uint8_t* s, uint8_t* out) {
-                            gemv::pack_expert(b, s, m.shape, swiglu_pairs, out);
-                          });
+  const HostBytes packed = pack_gemv_experts(blocks, scales, experts, m.shape, swiglu_pairs);
+  m.packed = DeviceBuffer(packed.data.get(), packed.size);
   if (!bias.empty()) m.bias = DeviceBuffer(bias.data(), bias.size_bytes());
   return m;
 }
@@ -69,9 +56,8 @@ PackedMatrix upload(std::span<const uint8_t> blocks, std::span<const uint8_t> sc
 // GEMM2's weights in the fused decode path's slice layout (slice_layout.hpp).
 DeviceBuffer upload_slices(std::span<const uint8_t> blocks, std::span<const uint8_t> scales, int experts, int64_t rows,
                            int64_t k) {
-  const gemv::SliceShape shape = gemv::slice_shape(rows, k / 32);
-  return pack_experts(blocks, scales, experts, rows, k, static_cast<size_t>(shape.bytes()),
-                      [&](const uint8_t* b, const uint8_t* s, uint8_t* out) { gemv::pack_expert_slices(b, s, shape, out); });
+  const HostBytes packed = pack_slice_experts(blocks, scales, experts, gemv::slice_shape(rows, k / 32));
+  return DeviceBuffer(packed.data.get(), packed.size);
 }
 
 // An integer tuning knob from the environment: `unset` when unset or empty, else one of `allowed`

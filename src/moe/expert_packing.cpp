@@ -1,0 +1,48 @@
+#include "moe/expert_packing.hpp"
+
+#include "moe/parallel_for.hpp"
+#include "mxmoe/error.hpp"
+
+namespace mxmoe {
+namespace {
+
+// pack_one(expert's blocks, its scales, its output) for every expert, each writing all of its
+// expert_bytes (so the buffer needs no clearing, and each thread first touches its own pages).
+template <class PackOne>
+HostBytes pack_experts(std::span<const uint8_t> blocks, std::span<const uint8_t> scales, int experts, int64_t rows,
+                       int64_t kblocks, int64_t expert_bytes, unsigned threads, PackOne&& pack_one) {
+  MXMOE_REQUIRE(experts > 0, "weight packing: experts must be positive, got ", experts);
+  const auto src_w = static_cast<size_t>(rows * kblocks * 16), src_s = static_cast<size_t>(rows * kblocks);
+  const auto count = static_cast<size_t>(experts);
+  MXMOE_REQUIRE(blocks.size() == count * src_w, "weight packing: blocks: expected ", count * src_w, " bytes, got ",
+                blocks.size());
+  MXMOE_REQUIRE(scales.size() == count * src_s, "weight packing: scales: expected ", count * src_s, " bytes, got ",
+                scales.size());
+  HostBytes out;
+  out.size = static_cast<size_t>(expert_bytes) * count;
+  out.data.reset(new uint8_t[out.size]);  // not value-initialised: every byte is written below
+  parallel_for(
+      experts,
+      [&](int64_t e) {
+        const auto i = static_cast<size_t>(e);
+        pack_one(blocks.data() + i * src_w, scales.data() + i * src_s, out.data.get() + i * static_cast<size_t>(expert_bytes));
+      },
+      threads);
+  return out;
+}
+
+}  // namespace
+
+HostBytes pack_gemv_experts(std::span<const uint8_t> blocks, std::span<const uint8_t> scales, int experts,
+                            const gemv::PackedShape& shape, bool swiglu_pairs, unsigned threads) {
+  return pack_experts(blocks, scales, experts, shape.rows, shape.kblocks, shape.bytes(), threads,
+                      [&](const uint8_t* b, const uint8_t* s, uint8_t* o) { gemv::pack_expert(b, s, shape, swiglu_pairs, o); });
+}
+
+HostBytes pack_slice_experts(std::span<const uint8_t> blocks, std::span<const uint8_t> scales, int experts,
+                             const gemv::SliceShape& shape, unsigned threads) {
+  return pack_experts(blocks, scales, experts, shape.rows, shape.kblocks, shape.bytes(), threads,
+                      [&](const uint8_t* b, const uint8_t* s, uint8_t* o) { gemv::pack_expert_slices(b, s, shape, o); });
+}
+
+}  // namespace mxmoe

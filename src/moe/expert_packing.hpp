@@ -1,0 +1,28 @@
+#pragma once
+// The weight upload's host side: every expert of one GEMM repacked from the checkpoint layout into a
+// kernel layout, the experts in parallel (moe/parallel_for.hpp), into one host buffer to copy.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "kernels/gemv/gemv_layout.hpp"
+#include "kernels/gemv/slice_layout.hpp"
+
+namespace mxmoe {
+
+struct HostBytes {
+  std::unique_ptr<uint8_t[]> data;
+  size_t size = 0;
+};
+
+// Checkpoint blocks [experts, rows, k/32, 16] and scales [experts, rows, k/32] in the GEMV layout
+// (gemv_layout.hpp), experts shape.bytes() apart. `threads`: parallel_for's (0: every core).
+HostBytes pack_gemv_experts(std::span<const uint8_t> blocks, std::span<const uint8_t> scales, int experts,
+                            const gemv::PackedShape& shape, bool swiglu_pairs, unsigned threads = 0);
+
+// The same in the fused decode path's slice layout (slice_layout.hpp).
+HostBytes pack_slice_experts(std::span<const uint8_t> blocks, std::span<const uint8_t> scales, int experts,
+                             const gemv::SliceShape& shape, unsigned threads = 0);
+
+}  // namespace mxmoe
