@@ -1,12 +1,14 @@
 // MoeWeights shape checks and MoeLayerData (owning storage, random checkpoint-like layers).
 #include "mxmoe/weights.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
 
 #include "mxmoe/error.hpp"
 #include "mxmoe/formats.hpp"
+#include "moe/parallel_for.hpp"
 
 namespace mxmoe {
 namespace {
@@ -30,24 +32,48 @@ void require_size(const char* tensor, const char* shape, size_t actual, int64_t 
                 " elements (", shape, optional ? ", or 0 for no bias" : "", "), got ", actual);
 }
 
-// Scale byte for a block of K-dimension `k`: the e2m1 values have std ~2.93 (sqrt(68.5/8)), so a
-// 2^-2 base factor and a +-1 spread of exponents give a dequantised std of ~1/sqrt(K).
-uint8_t random_scale(std::mt19937_64& rng, int k) {
-  const int base = 127 - static_cast<int>(std::lround(std::log2(std::sqrt(static_cast<double>(k))))) - 2;
-  return static_cast<uint8_t>(base + std::uniform_int_distribution<int>(-1, 1)(rng));
+// The codes and scales come from a counter-based generator: draw i of a stream is SplitMix64's i-th
+// output from the stream's key, a pure function of (key, i). So a layer's 1.7 GB (gpt-oss-120b) are
+// made on every core (one mt19937_64 took about 6 s), the same bytes on any host and thread count.
+uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;
+uint64_t draw(uint64_t key, uint64_t i) { return mix64(key + (i + 1) * kGamma); }
+// Each tensor its own stream.
+uint64_t stream_key(uint64_t seed, uint64_t tensor) { return mix64(seed * kGamma + mix64(tensor + 1)); }
+
+constexpr size_t kFillChunk = size_t{1} << 20;  // bytes per parallel item
+
+// f(begin, end) over [0, n) in chunks of kFillChunk on every core.
+template <class F>
+void for_chunks(size_t n, F&& f) {
+  parallel_for(static_cast<int64_t>((n + kFillChunk - 1) / kFillChunk), [&](int64_t c) {
+    const size_t begin = static_cast<size_t>(c) * kFillChunk;
+    f(begin, std::min(n, begin + kFillChunk));
+  });
 }
 
-void fill_bytes(std::mt19937_64& rng, std::vector<uint8_t>& bytes) {
-  // Eight bytes per draw, low byte first (the same bytes on any host): a 20b layer has ~400 MB of codes.
-  const size_t full = bytes.size() / 8 * 8;
-  for (size_t i = 0; i < full; i += 8) {
-    const uint64_t bits = rng();
-    for (size_t b = 0; b < 8; ++b) bytes[i + b] = static_cast<uint8_t>(bits >> (8 * b));
-  }
-  if (full < bytes.size()) {
-    const uint64_t bits = rng();
-    for (size_t b = 0; full + b < bytes.size(); ++b) bytes[full + b] = static_cast<uint8_t>(bits >> (8 * b));
-  }
+// Eight bytes per draw, low byte first (the same bytes on any host).
+void fill_bytes(uint64_t key, std::vector<uint8_t>& bytes) {
+  for_chunks(bytes.size(), [&](size_t begin, size_t end) {  // kFillChunk is a multiple of 8
+    for (size_t i = begin; i < end; i += 8) {
+      const uint64_t bits = draw(key, i / 8);
+      for (size_t b = 0; b < 8 && i + b < end; ++b) bytes[i + b] = static_cast<uint8_t>(bits >> (8 * b));
+    }
+  });
+}
+
+// Scale bytes for blocks of K-dimension `k`: the e2m1 values have std ~2.93 (sqrt(68.5/8)), so a
+// 2^-2 base factor and a +-1 spread of exponents give a dequantised std of ~1/sqrt(K).
+void fill_scales(uint64_t key, std::vector<uint8_t>& scales, int k) {
+  const int base = 127 - static_cast<int>(std::lround(std::log2(std::sqrt(static_cast<double>(k))))) - 2;
+  for_chunks(scales.size(), [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i)
+      scales[i] = static_cast<uint8_t>(base + static_cast<int>((draw(key, i) >> 32) % 3) - 1);
+  });
 }
 
 void fill_bf16(std::mt19937_64& rng, std::vector<uint16_t>& values, size_t count, double stddev) {
@@ -76,17 +102,18 @@ MoeWeights MoeLayerData::view() const {
 MoeLayerData MoeLayerData::random(const MoeConfig& config, uint64_t seed, bool with_bias) {
   config.validate();
   const TensorSizes sizes = tensor_sizes(config);
-  std::mt19937_64 rng(seed);
   MoeLayerData data;
-
   data.w1_blocks.resize(static_cast<size_t>(sizes.w1_blocks));
-  fill_bytes(rng, data.w1_blocks);
+  fill_bytes(stream_key(seed, 0), data.w1_blocks);
   data.w1_scales.resize(static_cast<size_t>(sizes.w1_scales));
-  for (auto& s : data.w1_scales) s = random_scale(rng, config.hidden);
+  fill_scales(stream_key(seed, 1), data.w1_scales, config.hidden);
   data.w2_blocks.resize(static_cast<size_t>(sizes.w2_blocks));
-  fill_bytes(rng, data.w2_blocks);
+  fill_bytes(stream_key(seed, 2), data.w2_blocks);
   data.w2_scales.resize(static_cast<size_t>(sizes.w2_scales));
-  for (auto& s : data.w2_scales) s = random_scale(rng, config.intermediate);
+  fill_scales(stream_key(seed, 3), data.w2_scales, config.intermediate);
+
+  // The biases and the router (a few MB at most) from one sequential generator.
+  std::mt19937_64 rng(stream_key(seed, 4));
 
   if (with_bias) {
     fill_bf16(rng, data.w1_bias, static_cast<size_t>(sizes.w1_bias), 0.1);
