@@ -2,9 +2,12 @@
 // and the experts packed in parallel are, byte for byte, each expert packed on its own.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <random>
 #include <stdexcept>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/gemv/gemv_layout.hpp"
