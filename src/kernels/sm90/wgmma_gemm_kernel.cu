@@ -154,7 +154,7 @@ __device__ __forceinline__ void wgmma_chunk(uint32_t act, const uint8_t* record,
   const typename Atom::Scale s_lo = Atom::scale(sc & 0xFFu), s_hi = Atom::scale(sc >> 8);
   // K step s starts (s / 4) half-chunks and (s % 4) * 32 bytes into the stage: added to the
   // descriptor's address field (address >> 4, no carry out of it below 256 KB).
-  const uint64_t desc0 = kernels::wgmma_desc_sw128(act);
+  const uint32_t desc0 = kernels::wgmma_desc_sw128_low_uniform(act);
   // The lane's 8 words (rows g and g+8) in two 16-byte loads before the first wait, so no word's load
   // latency sits between a wait and its decode (2-3% at T = 1024 to 4096 on an H200; 8 registers).
   const uint8_t* data = record + gemv::lane_data_offset(lane);
@@ -163,7 +163,8 @@ __device__ __forceinline__ void wgmma_chunk(uint32_t act, const uint8_t* record,
   const uint32_t wl[4] = {words_lo.x, words_lo.y, words_lo.z, words_lo.w};
   const uint32_t wh[4] = {words_hi.x, words_hi.y, words_hi.z, words_hi.w};
   const auto desc = [&](int s) {
-    return desc0 + static_cast<uint64_t>(((s >> 2) * WgShape<kRows>::kHalfBytes + (s & 3) * 32) >> 4);
+    const uint32_t offset = ((s >> 2) * WgShape<kRows>::kHalfBytes + (s & 3) * 32) >> 4;
+    return kernels::wgmma_desc_sw128_from_low(desc0 + offset);
   };
 #pragma unroll
   for (int w = 0; w < 4; ++w) {
@@ -184,7 +185,7 @@ __device__ __forceinline__ void wgmma_half_chunk(uint32_t act, const uint8_t* re
   const int g = lane >> 2, block = (lane & 3) >> 1;
   const uint32_t sc = *reinterpret_cast<const uint16_t*>(record + gemv::record_scale_offset(g, block, 0));
   const typename Atom::Scale s_lo = Atom::scale(sc & 0xFFu), s_hi = Atom::scale(sc >> 8);
-  const uint64_t desc0 = kernels::wgmma_desc_sw128(act);
+  const uint32_t desc0 = kernels::wgmma_desc_sw128_low_uniform(act);
   const uint8_t* data = record + gemv::record_data_offset(g, block, 0) + 8 * (lane & 1);
   const uint2 words_lo = *reinterpret_cast<const uint2*>(data);
   const uint2 words_hi = *reinterpret_cast<const uint2*>(data + gemv::kRecordHalfBytes);
@@ -193,8 +194,8 @@ __device__ __forceinline__ void wgmma_half_chunk(uint32_t act, const uint8_t* re
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
     // K step s = 2j + h starts 32 bytes (2 in the descriptor's address field) after step s - 1.
-    wgmma_word_group<Atom, kN>(d, wl[j], wh[j], s_lo, s_hi, desc0 + static_cast<uint64_t>(4 * j),
-                               desc0 + static_cast<uint64_t>(4 * j + 2));
+    wgmma_word_group<Atom, kN>(d, wl[j], wh[j], s_lo, s_hi, kernels::wgmma_desc_sw128_from_low(desc0 + 4 * j),
+                               kernels::wgmma_desc_sw128_from_low(desc0 + 4 * j + 2));
     between(j);
   }
 }
