@@ -27,13 +27,13 @@ namespace mxmoe::kernels {
 // swizzled K-major layouts whose K step stays inside one 128-byte line; stride byte offset (32-45)
 // between 8-row groups, 1024 here; base offset 0 (bits 49-51: 1024-byte-aligned lines); swizzle
 // mode 1 = 128 bytes (bits 62-63).
-// The same descriptor as a low word (start address and leading byte offset) and a constant high word.
-// K-step offsets are added to the low word in 32 bits (the address field has no carry out below
-// 256 KB). A warp's lanes all pass the same address, and the low word comes back through a shuffle
-// from lane 0: ptxas then knows it is warp-uniform and builds every descriptor in uniform registers,
-// instead of in each lane followed by moves to uniform registers (R2UR) before each wgmma. That was
-// about a fifth of the 64-row wgmma tile's instructions per chunk (docs/perf-log.md). The whole warp
-// must call it.
+// It is built as its low word (start address and leading byte offset), to which the K steps' offsets
+// are added in 32 bits (the address field has no carry out below 256 KB), and a constant high word.
+// A warp's lanes all pass the same address, and the low word comes back through a shuffle from lane
+// 0: ptxas then knows it is warp-uniform and builds every descriptor in uniform registers, instead of
+// in each lane followed by moves to uniform registers (R2UR) before each wgmma. That was about a
+// fifth of the 64-row wgmma tile's instructions per chunk (docs/perf-log.md). The whole warp must
+// call it.
 __device__ __forceinline__ uint32_t wgmma_desc_sw128_low_uniform(uint32_t smem_address) {
   return __shfl_sync(0xFFFFFFFFu, ((smem_address & 0x3FFFFu) >> 4) | (1u << 16), 0);
 }
