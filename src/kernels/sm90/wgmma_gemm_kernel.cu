@@ -120,6 +120,13 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], uint32_t a0, uint32
     kernels::wgmma_m64n24k16_bf16_rs(d, a0, a1, a2, a3, desc);
 }
 
+// Where K step s (0..7) of a chunk starts in its stage, in the descriptor's address field (bytes >> 4):
+// (s / 4) activation halves and (s % 4) * 32 bytes in. The half chunk's steps are 0..3.
+template <int kRows>
+__device__ __forceinline__ uint32_t step_offset(int s) {
+  return static_cast<uint32_t>((s >> 2) * WgShape<kRows>::kHalfBytes + (s & 3) * 32) >> 4;
+}
+
 // One group of two K steps from one decoded word of rows g and g+8 (wgmma_chunk and wgmma_half_chunk):
 // all groups but the last are retired first (wgmma_chunk says why), then the word's pairs 0, 1 are the
 // A fragment of the wgmma at `desc_a` and pairs 2, 3 that of the one at `desc_b`, committed as one group.
@@ -152,8 +159,7 @@ __device__ __forceinline__ void wgmma_chunk(uint32_t act, const uint8_t* record,
   float(&d)[kN / 2] = *reinterpret_cast<float(*)[kN / 2]>(&acc);
   const uint32_t sc = *reinterpret_cast<const uint16_t*>(record + gemv::lane_scale_offset(lane));
   const typename Atom::Scale s_lo = Atom::scale(sc & 0xFFu), s_hi = Atom::scale(sc >> 8);
-  // K step s starts (s / 4) half-chunks and (s % 4) * 32 bytes into the stage: added to the
-  // descriptor's address field (address >> 4, no carry out of it below 256 KB).
+  // K step s's descriptor: the stage's, plus step_offset(s).
   const uint32_t desc0 = kernels::wgmma_desc_sw128_low_uniform(act);
   // The lane's 8 words (rows g and g+8) in two 16-byte loads before the first wait, so no word's load
   // latency sits between a wait and its decode (2-3% at T = 1024 to 4096 on an H200; 8 registers).
@@ -162,10 +168,7 @@ __device__ __forceinline__ void wgmma_chunk(uint32_t act, const uint8_t* record,
   const uint4 words_hi = *reinterpret_cast<const uint4*>(data + gemv::kRecordHalfBytes);
   const uint32_t wl[4] = {words_lo.x, words_lo.y, words_lo.z, words_lo.w};
   const uint32_t wh[4] = {words_hi.x, words_hi.y, words_hi.z, words_hi.w};
-  const auto desc = [&](int s) {
-    const uint32_t offset = ((s >> 2) * WgShape<kRows>::kHalfBytes + (s & 3) * 32) >> 4;
-    return kernels::wgmma_desc_sw128_from_low(desc0 + offset);
-  };
+  const auto desc = [&](int s) { return kernels::wgmma_desc_sw128_from_low(desc0 + step_offset<kRows>(s)); };
 #pragma unroll
   for (int w = 0; w < 4; ++w) {
     wgmma_word_group<Atom, kN>(d, wl[w], wh[w], s_lo, s_hi, desc(2 * w), desc(2 * w + 1));
@@ -193,9 +196,9 @@ __device__ __forceinline__ void wgmma_half_chunk(uint32_t act, const uint8_t* re
   const uint32_t wh[2] = {words_hi.x, words_hi.y};
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
-    // K step s = 2j + h starts 32 bytes (2 in the descriptor's address field) after step s - 1.
-    wgmma_word_group<Atom, kN>(d, wl[j], wh[j], s_lo, s_hi, kernels::wgmma_desc_sw128_from_low(desc0 + 4 * j),
-                               kernels::wgmma_desc_sw128_from_low(desc0 + 4 * j + 2));
+    wgmma_word_group<Atom, kN>(d, wl[j], wh[j], s_lo, s_hi,
+                               kernels::wgmma_desc_sw128_from_low(desc0 + step_offset<kRows>(2 * j)),
+                               kernels::wgmma_desc_sw128_from_low(desc0 + step_offset<kRows>(2 * j + 1)));
     between(j);
   }
 }
