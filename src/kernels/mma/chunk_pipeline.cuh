@@ -8,6 +8,9 @@
 // Shared by the tensor-core kernels: load(stage, chunk) issues the cp.async copies of one chunk
 // (every thread the same number of commits), compute(stage) consumes one. The caller synchronises
 // before it reuses the stages' shared memory.
+#include <cstdint>
+
+#include "kernels/common/bulk_copy.cuh"
 #include "kernels/common/cp_async.cuh"
 
 namespace mxmoe::mma {
@@ -27,6 +30,30 @@ __device__ __forceinline__ void run_chunk_pipeline(int chunks, Load&& load, Comp
     if (next < chunks) load(next % kStages, next);
     kernels::cp_async_commit();
     compute(c % kStages);
+  }
+}
+
+// The same ring where part of each stage arrives by a tensor copy on one mbarrier per stage (the 16- and
+// 32-row swap-AB tiles' weight records, swap_stage_loads.cuh): chunk c's copy completes the
+// (c / kStages)-th phase of its stage's barrier, which every thread waits for besides its own cp.async
+// group. `bar0`: stage 0's barrier (shared-window address), stage s's 8 s bytes on.
+template <int kStages, class Load, class Compute>
+__device__ __forceinline__ void run_chunk_pipeline(int chunks, uint32_t bar0, Load&& load, Compute&& compute) {
+  static_assert(kStages >= 2, "a pipeline needs at least two stages");
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < chunks) load(s, s);
+    kernels::cp_async_commit();
+  }
+  for (int c = 0; c < chunks; ++c) {
+    const int stage = c % kStages;
+    kernels::cp_async_wait<kStages - 2>();
+    kernels::mbarrier_wait_parity(bar0 + 8u * static_cast<uint32_t>(stage), static_cast<uint32_t>(c / kStages) & 1u);
+    __syncthreads();
+    const int next = c + kStages - 1;
+    if (next < chunks) load(next % kStages, next);
+    kernels::cp_async_commit();
+    compute(stage);
   }
 }
 

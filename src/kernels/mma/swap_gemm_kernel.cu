@@ -12,7 +12,8 @@
 // Block: 8 warps, 256 threads. m_tiles 1, 2 and 4 (16, 32 and 64 rows): the 8 warps stack on M (256
 // weight rows) and each covers every row; m_tiles 8 (128 rows): 4 warps on M (128 weight rows) x 2 on
 // N, so every block shape keeps 64 accumulators or fewer per thread. K walks in chunks of 128 through
-// the family's cp.async pipeline (chunk_pipeline.cuh), activations staged as in act_stage.cuh.
+// the family's cp.async pipeline (chunk_pipeline.cuh), activations staged as in act_stage.cuh; the 16- and
+// 32-row tiles take their weight records by one tensor copy per stage (swap_stage_loads.cuh).
 //
 // Fragments (common/mma_bf16.cuh): lane (g, t)'s record words for word w are rows g (a0, a2) and g+8
 // (a1, a3) of MX block 4c+t, decoded pairs 2j and 2j+1 the K slots (2t, 2t+1) and (2t+8, 2t+9) of the
@@ -27,6 +28,8 @@
 #include "kernels/common/pdl_launch.cuh"
 #include "kernels/common/shared_load.cuh"
 #include "kernels/common/static_smem.hpp"
+#include "kernels/common/tensor_map.hpp"
+#include "kernels/common/tma.cuh"
 #include "kernels/gemv/gemv_device.cuh"
 #include "kernels/gemv/gemv_layout.hpp"
 #include "kernels/mma/act_stage.cuh"
@@ -58,6 +61,8 @@ struct SwapShape {
   static constexpr int kWarpsM = kWarps / kWarpsN;
   static constexpr int kNb = kRows / kWarpsN / 8;           // n8 groups per warp
   static constexpr int kTiles = 2 * kWarpsM;                // 16-row weight tiles per block
+  // The 16- and 32-row tiles' stage copies: swap_stage_loads.cuh (the weights by a tensor copy).
+  static constexpr bool kTensorWeights = kMTiles <= 2;
   static constexpr int kActBytes = staged_rows_bytes(kRows);
   static constexpr int kStageBytes = kActBytes + kTiles * gemv::kChunkBytes;
   static constexpr int kSmemBytes = kStages * kStageBytes;
@@ -67,9 +72,9 @@ static_assert(SwapShape<8>::kSmemBytes + 8 * SwapShape<8>::kRows + 64 <= 101376,
 
 // The register bound: two blocks per SM on Hopper, where two fit in shared memory (one block with up to
 // 255 registers, no spills, was 20% slower for the 64-row tile on an H200), and three for the 16-row
-// tile (80 registers, enough for its copy addresses kept in registers: swap_stage_loads.cuh); bounding it
-// to four (64 registers, a few bytes spilled) was slower (gpt-oss-120b T = 256: 567-576 against 560-563
-// us), and so were its m-tiles of one n8 group in a kernel of their own at 64 registers
+// tile (at most 80 registers; it uses 71-75, its copy addresses kept in registers: swap_stage_loads.cuh);
+// bounding it to four (64 registers, a few bytes spilled) was slower (gpt-oss-120b T = 256: 567-576
+// against 560-563 us), and so were its m-tiles of one n8 group in a kernel of their own at 64 registers
 // (docs/perf-log.md). SM120/SM121's 100 KB per SM hold one block of any swap tile, so their registers
 // are not squeezed.
 __host__ __device__ constexpr int swap_min_blocks(int m_tiles) {
@@ -134,13 +139,21 @@ __device__ __forceinline__ void swap_chunk(uint32_t act, uint32_t records, uint3
 }
 
 template <bool kGemm1, bool kWideScales, int kMTiles>
-__device__ __forceinline__ void swap_gemm_block(const MmaArgs& a) {
+__device__ __forceinline__ void swap_gemm_block(const MmaArgs& a, const CUtensorMap& weights_map) {
   using S = SwapShape<kMTiles>;
   using Atom = Bf16Atom<kWideScales>;
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ routing::MTile tile;
   __shared__ int64_t src_row[S::kRows];  // element offset of each row's activations; -1: padding row
+  __shared__ __align__(8) uint64_t full[kStages];  // kTensorWeights: a stage's records have landed
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if constexpr (S::kTensorWeights) {
+    if (threadIdx.x == 0) {  // published by begin_m_tile's block barrier
+      kernels::tma_prefetch_map(&weights_map);
+      for (int s = 0; s < kStages; ++s) kernels::mbarrier_init(&full[s], 1);
+      kernels::fence_barrier_init();
+    }
+  }
   const int g = lane >> 2, t = lane & 3;
   // Counted (see above), GEMM2 does not wait for GEMM1's grid: GEMM1 waited for the routing before
   // this grid could launch (docs/gpu-pipeline.md), and the block waits for its expert's count below.
@@ -153,7 +166,6 @@ __device__ __forceinline__ void swap_gemm_block(const MmaArgs& a) {
     kernels::block_wait_count(&a.expert_done[expert], tile.expert_tiles * gemm1_blocks);
   }
   const int tile0 = static_cast<int>(blockIdx.x) * S::kTiles;
-  const uint8_t* weights = a.weights + expert * a.expert_stride;
 
   const uint32_t smem_base = kernels::shared_address(smem);
   const int wt = 2 * (warp % S::kWarpsM);      // the warp's first weight tile in the block
@@ -163,12 +175,17 @@ __device__ __forceinline__ void swap_gemm_block(const MmaArgs& a) {
   const bool warp_active = tile0 + wt < a.tiles && groups > 0;  // tiles come in pairs: N is a multiple of 32
   float acc[2][S::kNb][4] = {};  // [weight tile][n8 group][fragment]
 
+  // The lane's places in stage 0, worked out once and passed through a shuffle: ptxas otherwise rebuilt
+  // them from the thread index on every chunk (about 22 instructions), which it cannot do for a
+  // shuffle's result.
+  const auto opaque = [lane](uint32_t x) { return __shfl_sync(0xFFFFFFFFu, x, lane); };
+  const uint32_t act0 = opaque(smem_base + (n0 * 8 + g) * kRowBytes + granule_slot(t, 0) * 16);
+  const uint32_t records0 = opaque(smem_base + S::kActBytes + wt * gemv::kChunkBytes + gemv::lane_data_offset(lane));
+  const uint32_t scales0 = opaque(smem_base + S::kActBytes + wt * gemv::kChunkBytes + gemv::lane_scale_offset(lane));
   auto compute = [&](int stage) {
     if (!warp_active) return;
-    const uint32_t at = smem_base + stage * S::kStageBytes;
-    const uint32_t act = at + (n0 * 8 + g) * kRowBytes + granule_slot(t, 0) * 16;
-    const uint32_t records = at + S::kActBytes + wt * gemv::kChunkBytes + gemv::lane_data_offset(lane);
-    const uint32_t scales = at + S::kActBytes + wt * gemv::kChunkBytes + gemv::lane_scale_offset(lane);
+    const uint32_t stage_offset = static_cast<uint32_t>(stage * S::kStageBytes);
+    const uint32_t act = act0 + stage_offset, records = records0 + stage_offset, scales = scales0 + stage_offset;
     // A compile-time group count per path: a run-time bound in the unrolled loop cost a branch and a
     // warp re-convergence before every group's MMAs. Half the groups when the rows fit in them.
     if (groups > S::kNb / 2)
@@ -176,13 +193,17 @@ __device__ __forceinline__ void swap_gemm_block(const MmaArgs& a) {
     else
       swap_chunk<Atom, S::kNb, S::kNb / 2>(act, records, scales, acc);
   };
-  // The 16- and 32-row tiles keep each thread's copy addresses in registers (swap_stage_loads.cuh); the
-  // 64- and 128-row tiles, whose 32 and 64 accumulators leave no registers for them, recompute them.
-  if constexpr (kMTiles <= 2) {
-    const SwapStageLoads<S::kRows, S::kTiles, kThreads> loads(a, src_row, weights, tile0, smem_base);
+  // The 16- and 32-row tiles keep each thread's activation copy addresses in registers and take the
+  // weights by tensor copies (swap_stage_loads.cuh); the 64- and 128-row tiles, whose 32 and 64
+  // accumulators leave no registers for the addresses, recompute them.
+  if constexpr (S::kTensorWeights) {
+    const uint32_t bar0 = kernels::shared_address(&full[0]);
+    const SwapStageLoads<S::kRows, S::kTiles, kThreads> loads(a, src_row, &weights_map, expert * a.tiles + tile0,
+                                                              smem_base, bar0);
     static_assert(decltype(loads)::kStageBytes == S::kStageBytes, "one stage layout");
-    run_chunk_pipeline<kStages>(a.chunks, [&](int stage, int c) { loads.load(stage, c); }, compute);
+    run_chunk_pipeline<kStages>(a.chunks, bar0, [&](int stage, int c) { loads.load(stage, c); }, compute);
   } else {
+    const uint8_t* weights = a.weights + expert * a.expert_stride;
     run_chunk_pipeline<kStages>(
         a.chunks,
         [&](int stage, int c) {
@@ -207,9 +228,11 @@ __device__ __forceinline__ void swap_gemm_block(const MmaArgs& a) {
   }
 }
 
+// weights_map: swap_weights_map's (the 16- and 32-row tiles; the others' is unused).
 template <bool kGemm1, bool kWideScales, int kMTiles>
-__global__ void __launch_bounds__(kThreads, swap_min_blocks(kMTiles)) swap_gemm_kernel(const MmaArgs a) {
-  swap_gemm_block<kGemm1, kWideScales, kMTiles>(a);
+__global__ void __launch_bounds__(kThreads, swap_min_blocks(kMTiles))
+    swap_gemm_kernel(const MmaArgs a, const __grid_constant__ CUtensorMap weights_map) {
+  swap_gemm_block<kGemm1, kWideScales, kMTiles>(a, weights_map);
   // Counted, GEMM2 did not wait for GEMM1's grid: one block does before it exits, so that this grid
   // completes after GEMM1's and the next kernel's wait covers both (docs/gpu-pipeline.md).
   if (!kGemm1 && a.expert_done != nullptr && blockIdx.x == 0 && blockIdx.y == 0) cudaGridDependencySynchronize();
@@ -280,9 +303,25 @@ void launch_swap(const MmaArgs& a, int64_t tokens, int max_active, int m_tiles, 
 #if !defined(MXMOE_MINIMAL)
   const unsigned m_blocks = m_tile_blocks(a, tokens, max_active, block_m(m_tiles));
   MXMOE_REQUIRE(m_blocks <= 65535u, "mma: ", m_blocks, " m-tiles of the swap-AB tile exceed a grid's y extent");
+  // The 16- and 32-row tiles' weights map: the experts' records as [expert tile][chunk][record] (8-byte
+  // elements), a box of one chunk of a block's 16 tiles.
+  CUtensorMap weights_map{};
+  if (m_tiles <= 2) {
+    MXMOE_REQUIRE(a.experts > 0 && a.expert_stride == int64_t{a.tiles} * a.chunks * gemv::kChunkBytes,
+                  "mma: the weights must be the packed experts back to back (experts ", a.experts, ", stride ",
+                  a.expert_stride, ")");
+    constexpr int kRecordWords = gemv::kChunkBytes / 8;
+    const uint64_t dims[] = {kRecordWords, static_cast<uint64_t>(a.chunks),
+                             static_cast<uint64_t>(a.experts) * static_cast<uint64_t>(a.tiles)};
+    const uint64_t strides[] = {gemv::kChunkBytes, static_cast<uint64_t>(a.chunks) * gemv::kChunkBytes};
+    const uint32_t box[] = {kRecordWords, 1, SwapShape<1>::kTiles};
+    static_assert(SwapShape<1>::kTiles == SwapShape<2>::kTiles, "one box for both tiles");
+    weights_map = kernels::encode_tiled_map("swap-AB weights", CU_TENSOR_MAP_DATA_TYPE_UINT64, a.weights, dims, strides,
+                                            box, CU_TENSOR_MAP_SWIZZLE_NONE);
+  }
   auto go = [&](auto kernel, int tiles_per_block) {
     const dim3 grid(static_cast<unsigned>((a.tiles + tiles_per_block - 1) / tiles_per_block), m_blocks);
-    kernels::launch_with_pdl(kernel, grid, dim3(kThreads), swap_smem_bytes(m_tiles), stream, a);
+    kernels::launch_with_pdl(kernel, grid, dim3(kThreads), swap_smem_bytes(m_tiles), stream, a, weights_map);
   };
   switch (m_tiles) {
     case 1:
