@@ -228,7 +228,8 @@ __device__ __forceinline__ void swap_gemm_block(const MmaArgs& a, const CUtensor
   }
 }
 
-// weights_map: swap_weights_map's (the 16- and 32-row tiles; the others' is unused).
+// weights_map: the 16- and 32-row tiles' map of the weight records (launch_swap builds it; the other
+// tiles leave it unused).
 template <bool kGemm1, bool kWideScales, int kMTiles>
 __global__ void __launch_bounds__(kThreads, swap_min_blocks(kMTiles))
     swap_gemm_kernel(const MmaArgs a, const __grid_constant__ CUtensorMap weights_map) {

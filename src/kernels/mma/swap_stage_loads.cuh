@@ -8,11 +8,11 @@
 // copies hoisted too, ptxas still spent about 55 on the copies at 80 registers.
 //
 // Thread i copies activation group i % 16 of rows i / 16 + 16 * round (placed by granule_slot, as
-// act_stage.cuh says): the copies of load_act_chunk (copy_act_rounds), with their addresses hoisted. The
-// weights' map (swap_weights_map) views the experts' records as [expert tile][chunk][record]; its box,
-// the block's kTiles records of one chunk, lands as the stage's records back to back. Tiles past the
-// last expert's read as zeros, and a block's tiles past its expert's last are its neighbour's: their
-// warps do not compute.
+// act_stage.cuh says): the copies of load_act_chunk (copy_act_rounds), with their addresses hoisted.
+// The weights' map (built by launch_swap) views the experts' records as [expert tile][chunk][record];
+// its box, the block's kTiles records of one chunk, lands as the stage's records back to back. Tiles
+// past the last expert's read as zeros, and a block's tiles past its expert's last are its
+// neighbour's: their warps do not compute.
 #include <cuda.h>
 
 #include <cstdint>
