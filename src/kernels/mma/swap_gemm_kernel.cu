@@ -28,7 +28,7 @@
 #include "kernels/common/pdl_launch.cuh"
 #include "kernels/common/shared_load.cuh"
 #include "kernels/common/static_smem.hpp"
-#include "kernels/common/tensor_map.hpp"
+#include "kernels/common/record_map.hpp"
 #include "kernels/common/tma.cuh"
 #include "kernels/gemv/gemv_device.cuh"
 #include "kernels/gemv/gemv_layout.hpp"
@@ -304,22 +304,11 @@ void launch_swap(const MmaArgs& a, int64_t tokens, int max_active, int m_tiles, 
 #if !defined(MXMOE_MINIMAL)
   const unsigned m_blocks = m_tile_blocks(a, tokens, max_active, block_m(m_tiles));
   MXMOE_REQUIRE(m_blocks <= 65535u, "mma: ", m_blocks, " m-tiles of the swap-AB tile exceed a grid's y extent");
-  // The 16- and 32-row tiles' weights map: the experts' records as [expert tile][chunk][record] (8-byte
-  // elements), a box of one chunk of a block's 16 tiles.
+  // The 16- and 32-row tiles' weights map (record_map.hpp): a box of one chunk of a block's 16 tiles.
   CUtensorMap weights_map{};
-  if (m_tiles <= 2) {
-    MXMOE_REQUIRE(a.experts > 0 && a.expert_stride == int64_t{a.tiles} * a.chunks * gemv::kChunkBytes,
-                  "mma: the weights must be the packed experts back to back (experts ", a.experts, ", stride ",
-                  a.expert_stride, ")");
-    constexpr int kRecordWords = gemv::kChunkBytes / 8;
-    const uint64_t dims[] = {kRecordWords, static_cast<uint64_t>(a.chunks),
-                             static_cast<uint64_t>(a.experts) * static_cast<uint64_t>(a.tiles)};
-    const uint64_t strides[] = {gemv::kChunkBytes, static_cast<uint64_t>(a.chunks) * gemv::kChunkBytes};
-    const uint32_t box[] = {kRecordWords, 1, SwapShape<1>::kTiles};
-    static_assert(SwapShape<1>::kTiles == SwapShape<2>::kTiles, "one box for both tiles");
-    weights_map = kernels::encode_tiled_map("swap-AB weights", CU_TENSOR_MAP_DATA_TYPE_UINT64, a.weights, dims, strides,
-                                            box, CU_TENSOR_MAP_SWIZZLE_NONE);
-  }
+  static_assert(SwapShape<1>::kTiles == SwapShape<2>::kTiles, "one box for both tiles");
+  if (m_tiles <= 2)
+    weights_map = kernels::encode_record_map("swap-AB weights", a, kernels::kRecordWords, SwapShape<1>::kTiles);
   auto go = [&](auto kernel, int tiles_per_block) {
     const dim3 grid(static_cast<unsigned>((a.tiles + tiles_per_block - 1) / tiles_per_block), m_blocks);
     kernels::launch_with_pdl(kernel, grid, dim3(kThreads), swap_smem_bytes(m_tiles), stream, a, weights_map);

@@ -9,10 +9,9 @@
 //
 // Thread i copies activation group i % 16 of rows i / 16 + 16 * round (placed by granule_slot, as
 // act_stage.cuh says): the copies of load_act_chunk (copy_act_rounds), with their addresses hoisted.
-// The weights' map (built by launch_swap) views the experts' records as [expert tile][chunk][record];
-// its box, the block's kTiles records of one chunk, lands as the stage's records back to back. Tiles
-// past the last expert's read as zeros, and a block's tiles past its expert's last are its
-// neighbour's: their warps do not compute.
+// The weights' map (record_map.hpp, built by launch_swap) has a box of the block's kTiles records of one
+// chunk, which lands as the stage's records back to back. A block's tiles past its expert's last are its
+// neighbour's (or zeros past the last expert's): their warps do not compute.
 #include <cuda.h>
 
 #include <cstdint>

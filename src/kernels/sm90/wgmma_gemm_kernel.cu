@@ -475,25 +475,14 @@ void launch_wgmma(const mma::MmaArgs& a, int64_t tokens, int max_active, int row
   // The epilogue's bias rows arrive by 16-byte copies, a tile's 16 rows at a time.
   MXMOE_REQUIRE(a.n == a.tiles * gemv::kTileRows, "wgmma: N must be whole 16-row tiles, got ", a.n);
   MXMOE_REQUIRE(reinterpret_cast<uintptr_t>(a.bias) % 16 == 0, "wgmma: the bias must be 16-byte aligned");
-  MXMOE_REQUIRE(a.experts > 0 && a.expert_stride == int64_t{a.tiles} * a.chunks * gemv::kChunkBytes,
-                "wgmma: the weights must be the packed experts back to back (experts ", a.experts, ", stride ",
-                a.expert_stride, ")");
   const unsigned m_blocks = mma::m_tile_blocks(a, tokens, max_active, rows);
   const int64_t blocks = static_cast<int64_t>(m_blocks) * ((a.tiles + kTiles - 1) / kTiles);
   MXMOE_REQUIRE(blocks < (int64_t{1} << 31), "wgmma: too many blocks (", blocks, ")");
   WgmmaMaps maps{};  // the maps a tile never reads (WgShape's narrower paths) stay zero and unprefetched
-  const uint64_t record_dims[] = {kRecordWords, static_cast<uint64_t>(a.chunks),
-                                  static_cast<uint64_t>(a.experts) * static_cast<uint64_t>(a.tiles)};
-  const uint64_t record_strides[] = {gemv::kChunkBytes, static_cast<uint64_t>(a.chunks) * gemv::kChunkBytes};
-  const uint32_t record_box[] = {kRecordWords, 1, kTiles};
-  maps.weights = kernels::encode_tiled_map("wgmma weights", CU_TENSOR_MAP_DATA_TYPE_UINT64, a.weights, record_dims,
-                                           record_strides, record_box, CU_TENSOR_MAP_SWIZZLE_NONE);
-  if (a.half_tail) {
-    const uint32_t run_box[] = {kHalfRunWords, 1, kTiles};
-    maps.weights_half = kernels::encode_tiled_map("wgmma weights (half chunk)", CU_TENSOR_MAP_DATA_TYPE_UINT64,
-                                                  a.weights, record_dims, record_strides, run_box,
-                                                  CU_TENSOR_MAP_SWIZZLE_NONE);
-  }
+  // Also checks that the experts lie back to back.
+  maps.weights = kernels::encode_record_map("wgmma weights", a, kRecordWords, kTiles);
+  if (a.half_tail)
+    maps.weights_half = kernels::encode_record_map("wgmma weights (half chunk)", a, kHalfRunWords, kTiles);
   const uint64_t act_dims[] = {static_cast<uint64_t>(a.k), static_cast<uint64_t>(tokens * a.top_k)};
   const uint64_t act_strides[] = {static_cast<uint64_t>(a.k) * 2};
   auto act_map = [&](const char* what, int box_rows) {

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/record_map.hpp"
 #include "kernels/common/tma.cuh"
 #include "kernels/gemv/gemv_layout.hpp"
 
@@ -33,8 +34,7 @@ struct WgmmaMaps {
   CUtensorMap weights_half;
 };
 
-inline constexpr int kRecordWords = gemv::kChunkBytes / 8;  // a record in 8-byte elements
-static_assert(gemv::kChunkBytes % 16 == 0, "records are whole 16-byte units (the tensor map's strides)");
+using kernels::kRecordWords;  // a record in 8-byte elements (record_map.hpp)
 // A half chunk's record: the run of bytes [kHalfRunStart, + kHalfRunBytes) holds its two blocks' scales
 // and data, and its stage holds the tiles' runs back to back.
 inline constexpr int kHalfRunStart = gemv::record_scale_offset(0, 1, 0);
