@@ -1,7 +1,7 @@
 // The ceiling of the tensor-core family's instruction: mma.sync m16n8k16 bf16 -> fp32 with no memory
 // traffic at all (every warp runs 16 independent accumulator chains from registers), in TFLOP/s.
 // The family's large-batch speed is judged against this, next to cuBLAS's bf16 rate (which uses
-// wgmma on Hopper). Build and run on the GPU machine:
+// wgmma on Hopper). Built with the tools (build*/bench/micro/mma_sync_peak), or by hand:
 //   nvcc -O3 -arch=sm_90a -o mma_sync_peak bench/micro/mma_sync_peak.cu && ./mma_sync_peak
 #include <cuda_runtime.h>
 
@@ -9,14 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define CHECK(x)                                                                  \
-  do {                                                                            \
-    cudaError_t e_ = (x);                                                         \
-    if (e_ != cudaSuccess) {                                                      \
-      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      std::exit(1);                                                               \
-    }                                                                             \
-  } while (0)
+#include "check.cuh"
 
 constexpr int kChains = 16;
 constexpr int kIters = 4096;
