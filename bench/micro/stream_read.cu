@@ -27,9 +27,8 @@
 #include "check.cuh"
 #include "kernels/gemv/gemv_device.cuh"
 
-
-constexpr uint32_t kRecord = 1088;  // one 16-row x 128-K record of the GEMV layout (gemv::kChunkBytes)
-constexpr uint32_t kTileRecords = 23;   // K = 2880: 22.5 chunks, the last one padded
+constexpr uint32_t kRecord = mxmoe::gemv::kChunkBytes;  // one 16-row x 128-K record of the GEMV layout: 1088 B
+constexpr uint32_t kTileRecords = 23;                   // K = 2880: 22.5 chunks, the last one padded
 constexpr uint32_t kTileBytes = kRecord * kTileRecords;
 constexpr int kWarps = 8;
 constexpr int kWindows = 6;
@@ -184,7 +183,7 @@ __global__ void __launch_bounds__(kWarps * 32) ring_kernel(const uint8_t* base, 
         if (u == 0 || u < records) words[u] = gemv::load_chunk_words(dst + u * kRecord, lane);
       __syncwarp();
       if (lane == 0) {
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // as below
         if (i + kStages < w.stages) issue_stage<kChunks>(mode, w, i + kStages, dst, bar);
       }
 #pragma unroll
