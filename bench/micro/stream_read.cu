@@ -25,6 +25,8 @@
 #include <vector>
 
 #include "check.cuh"
+#include "kernels/common/bulk_copy.cuh"
+#include "kernels/common/shared_load.cuh"
 #include "kernels/gemv/gemv_device.cuh"
 
 constexpr uint32_t kRecord = mxmoe::gemv::kChunkBytes;  // one 16-row x 128-K record of the GEMV layout: 1088 B
@@ -48,29 +50,6 @@ __global__ void read_kernel(const uint4* __restrict__ src, size_t n, uint32_t* s
     acc ^= v.x ^ v.y ^ v.z ^ v.w;
   }
   if (acc == 0x9E3779B9u) sink[threadIdx.x] = acc;  // keeps the loads; never true for this data
-}
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void bulk_copy(uint32_t dst, const uint8_t* src, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
-}
-
-__device__ __forceinline__ void expect_bytes(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ void wait_parity(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n .reg .pred p;\n"
-      "W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-      " @!p bra W;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
 }
 
 // One warp's work: `stages` stages of up to kChunks records; stage i's bytes per the mode.
@@ -98,17 +77,18 @@ __device__ __forceinline__ void issue_stage(Mode mode, const WarpWork& w, uint32
   if (mode == Mode::balanced) {
     const uint64_t lo = uint64_t{i} * kStage;
     const uint32_t bytes = static_cast<uint32_t>(min(uint64_t{kStage}, w.range_bytes - lo));
-    expect_bytes(bar, bytes);
-    bulk_copy(dst, w.base + lo, bytes, bar);
+    kernels::mbarrier_arrive_expect_tx(bar, bytes);
+    kernels::bulk_copy_to_shared(dst, w.base + lo, bytes, bar);
     return;
   }
   const uint32_t chunk = w.chunk0 + kChunks * i, chunks = min(uint32_t{kChunks}, w.chunk_end - chunk);
-  expect_bytes(bar, chunks * kRecord);
+  kernels::mbarrier_arrive_expect_tx(bar, chunks * kRecord);
   if (mode == Mode::tiles) {
-    bulk_copy(dst, w.base + size_t{chunk} * kRecord, chunks * kRecord, bar);
+    kernels::bulk_copy_to_shared(dst, w.base + size_t{chunk} * kRecord, chunks * kRecord, bar);
   } else {
     for (uint32_t c = 0; c < chunks; ++c)
-      bulk_copy(dst + c * kRecord, w.base + (size_t{chunk + c} * w.group + w.tile_in_group) * kRecord, kRecord, bar);
+      kernels::bulk_copy_to_shared(dst + c * kRecord, w.base + (size_t{chunk + c} * w.group + w.tile_in_group) * kRecord,
+                                   kRecord, bar);
   }
 }
 
@@ -158,21 +138,20 @@ __global__ void __launch_bounds__(kWarps * 32) ring_kernel(const uint8_t* base, 
     }
   }
 
-  const uint32_t ring = smem_addr(smem) + (kWork ? kActBytes : 0) + static_cast<uint32_t>(warp) * kStages * kStage;
-  const uint32_t bar0 = smem_addr(&bars[warp][0]);
+  const uint32_t ring = kernels::shared_address(smem) + (kWork ? kActBytes : 0) + static_cast<uint32_t>(warp) * kStages * kStage;
+  const uint32_t bar0 = kernels::shared_address(&bars[warp][0]);
   if (lane == 0) {
-    for (int s = 0; s < kStages; ++s)
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar0 + 8 * s) : "memory");
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    for (int s = 0; s < kStages; ++s) kernels::mbarrier_init(&bars[warp][s], 1);
+    kernels::fence_barrier_init();
     for (uint32_t s = 0; s < kStages && s < w.stages; ++s) issue_stage<kChunks>(mode, w, s, ring + s * kStage, bar0 + 8 * s);
   }
   __syncwarp();
   float chains[2][1][4] = {};
-  const uint32_t b_rows[1] = {smem_addr(smem) + (lane & 3) * 16};
+  const uint32_t b_rows[1] = {kernels::shared_address(smem) + (lane & 3) * 16};
   uint32_t offset = w.chunk0 * gemv::kChunkK * 2, acc = 0;
   for (uint32_t i = 0; i < w.stages; ++i) {
     const uint32_t slot = i % kStages, dst = ring + slot * kStage, bar = bar0 + 8 * slot;
-    wait_parity(bar, (i / kStages) & 1);
+    kernels::mbarrier_wait_parity(bar, (i / kStages) & 1);
     if constexpr (kWork && kEarly) {
       // The stage's words into registers first, the slot refilled, then the decode and MMAs: the
       // refill no longer waits for the math.
@@ -204,9 +183,7 @@ __global__ void __launch_bounds__(kWarps * 32) ring_kernel(const uint8_t* base, 
       }
       __syncwarp();  // every lane has read the stage before it is refilled
     } else {
-      uint32_t v;
-      asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(dst));
-      acc ^= v;
+      acc ^= kernels::ld_shared_u32(dst);
     }
     if (lane == 0) {
       asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // the reads before the next copy's write
