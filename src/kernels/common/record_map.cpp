@@ -18,12 +18,4 @@ CUtensorMap encode_record_map(const char* what, const GroupedWeights& w, uint32_
                           CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
-BlockRecordMaps encode_block_record_maps(const char* what, const GroupedWeights& w, uint32_t box_words,
-                                         uint32_t box_tiles) {
-  MXMOE_REQUIRE(box_tiles > 0 && w.tiles > 0, what, ": empty box or no tiles (box ", box_tiles, ", tiles ", w.tiles, ")");
-  const uint32_t tail_tiles = static_cast<uint32_t>(w.tiles) % box_tiles;
-  return {encode_record_map(what, w, box_words, box_tiles),
-          encode_record_map(what, w, box_words, tail_tiles != 0 ? tail_tiles : box_tiles)};
-}
-
 }  // namespace mxmoe::kernels

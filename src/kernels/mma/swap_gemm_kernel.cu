@@ -139,7 +139,7 @@ __device__ __forceinline__ void swap_chunk(uint32_t act, uint32_t records, uint3
 }
 
 template <bool kGemm1, bool kWideScales, int kMTiles>
-__device__ __forceinline__ void swap_gemm_block(const MmaArgs& a, const kernels::BlockRecordMaps& weights_maps) {
+__device__ __forceinline__ void swap_gemm_block(const MmaArgs& a, const CUtensorMap& weights_map) {
   using S = SwapShape<kMTiles>;
   using Atom = Bf16Atom<kWideScales>;
   extern __shared__ __align__(128) uint8_t smem[];
@@ -149,8 +149,7 @@ __device__ __forceinline__ void swap_gemm_block(const MmaArgs& a, const kernels:
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if constexpr (S::kTensorWeights) {
     if (threadIdx.x == 0) {  // published by begin_m_tile's block barrier
-      kernels::tma_prefetch_map(&weights_maps.whole);
-      kernels::tma_prefetch_map(&weights_maps.tail);
+      kernels::tma_prefetch_map(&weights_map);
       for (int s = 0; s < kStages; ++s) kernels::mbarrier_init(&full[s], 1);
       kernels::fence_barrier_init();
     }
@@ -199,11 +198,7 @@ __device__ __forceinline__ void swap_gemm_block(const MmaArgs& a, const kernels:
   // accumulators leave no registers for the addresses, recompute them.
   if constexpr (S::kTensorWeights) {
     const uint32_t bar0 = kernels::shared_address(&full[0]);
-    // An expert's last block copies only its remaining tiles' records (record_map.hpp).
-    int block_tiles;
-    const CUtensorMap* weights_map = kernels::block_record_map(weights_maps, a.tiles, tile0, S::kTiles, block_tiles);
-    const SwapStageLoads<S::kRows, S::kTiles, kThreads> loads(a, src_row, weights_map, block_tiles,
-                                                              expert * a.tiles + tile0,
+    const SwapStageLoads<S::kRows, S::kTiles, kThreads> loads(a, src_row, &weights_map, expert * a.tiles + tile0,
                                                               smem_base, bar0);
     static_assert(decltype(loads)::kStageBytes == S::kStageBytes, "one stage layout");
     run_chunk_pipeline<kStages>(a.chunks, bar0, [&](int stage, int c) { loads.load(stage, c); }, compute);
@@ -233,12 +228,12 @@ __device__ __forceinline__ void swap_gemm_block(const MmaArgs& a, const kernels:
   }
 }
 
-// weights_maps: the 16- and 32-row tiles' maps of the weight records (launch_swap builds them; the other
+// weights_map: the 16- and 32-row tiles' map of the weight records (launch_swap builds it; the other
 // tiles leave it unused).
 template <bool kGemm1, bool kWideScales, int kMTiles>
 __global__ void __launch_bounds__(kThreads, swap_min_blocks(kMTiles))
-    swap_gemm_kernel(const MmaArgs a, const __grid_constant__ kernels::BlockRecordMaps weights_maps) {
-  swap_gemm_block<kGemm1, kWideScales, kMTiles>(a, weights_maps);
+    swap_gemm_kernel(const MmaArgs a, const __grid_constant__ CUtensorMap weights_map) {
+  swap_gemm_block<kGemm1, kWideScales, kMTiles>(a, weights_map);
   // Counted, GEMM2 did not wait for GEMM1's grid: one block does before it exits, so that this grid
   // completes after GEMM1's and the next kernel's wait covers both (docs/gpu-pipeline.md).
   if (!kGemm1 && a.expert_done != nullptr && blockIdx.x == 0 && blockIdx.y == 0) cudaGridDependencySynchronize();
@@ -310,13 +305,13 @@ void launch_swap(const MmaArgs& a, int64_t tokens, int max_active, int m_tiles, 
   const unsigned m_blocks = m_tile_blocks(a, tokens, max_active, block_m(m_tiles));
   MXMOE_REQUIRE(m_blocks <= 65535u, "mma: ", m_blocks, " m-tiles of the swap-AB tile exceed a grid's y extent");
   // The 16- and 32-row tiles' weights map (record_map.hpp): a box of one chunk of a block's 16 tiles.
-  kernels::BlockRecordMaps weights_maps{};
+  CUtensorMap weights_map{};
   static_assert(SwapShape<1>::kTiles == SwapShape<2>::kTiles, "one box for both tiles");
   if (m_tiles <= 2)
-    weights_maps = kernels::encode_block_record_maps("swap-AB weights", a, kernels::kRecordWords, SwapShape<1>::kTiles);
+    weights_map = kernels::encode_record_map("swap-AB weights", a, kernels::kRecordWords, SwapShape<1>::kTiles);
   auto go = [&](auto kernel, int tiles_per_block) {
     const dim3 grid(static_cast<unsigned>((a.tiles + tiles_per_block - 1) / tiles_per_block), m_blocks);
-    kernels::launch_with_pdl(kernel, grid, dim3(kThreads), swap_smem_bytes(m_tiles), stream, a, weights_maps);
+    kernels::launch_with_pdl(kernel, grid, dim3(kThreads), swap_smem_bytes(m_tiles), stream, a, weights_map);
   };
   switch (m_tiles) {
     case 1:

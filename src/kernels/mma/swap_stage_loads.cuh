@@ -10,8 +10,8 @@
 // Thread i copies activation group i % 16 of rows i / 16 + 16 * round (placed by granule_slot, as
 // act_stage.cuh says): the copies of load_act_chunk (copy_act_rounds), with their addresses hoisted.
 // The weights' map (record_map.hpp, built by launch_swap) has a box of the block's kTiles records of one
-// chunk, which lands as the stage's records back to back; an expert's last block has the map of its
-// remaining tiles (block_record_map). The warps of the slots past them do not compute.
+// chunk, which lands as the stage's records back to back. A block's tiles past its expert's last are its
+// neighbour's (or zeros past the last expert's): their warps do not compute.
 #include <cuda.h>
 
 #include <cstdint>
@@ -33,12 +33,11 @@ class SwapStageLoads {
 
   // stage0, bar0: the shared-window addresses of stage 0 and of its barrier (stage s's 8 s bytes on);
   // src_row as begin_m_tile() fills it; expert_tile0: the block's first tile among all experts' tiles.
-  // weights, block_tiles: the block's map and how many records its box holds (block_record_map).
   __device__ __forceinline__ SwapStageLoads(const MmaArgs& a, const int64_t (&src_row)[kRows],
-                                            const CUtensorMap* weights, int block_tiles, int expert_tile0,
-                                            uint32_t stage0, uint32_t bar0)
+                                            const CUtensorMap* weights, int expert_tile0, uint32_t stage0,
+                                            uint32_t bar0)
       : src_row_(src_row), act_(a.act), weights_(weights), k_(a.k), expert_tile0_(expert_tile0), bar0_(bar0),
-        weight_dst_(stage0 + kActBytes), weight_bytes_(static_cast<uint32_t>(block_tiles) * gemv::kChunkBytes) {
+        weight_dst_(stage0 + kActBytes) {
     const int gr = threadIdx.x & 15, r0 = threadIdx.x >> 4;
     kk0_ = gr * 8;
     act_dst_ = stage0 + r0 * kRowBytes + granule_slot(gr >> 2, gr & 3) * 16;
@@ -55,7 +54,7 @@ class SwapStageLoads {
     const uint32_t stage_offset = static_cast<uint32_t>(stage * kStageBytes);
     if (threadIdx.x == 0) {
       const uint32_t bar = bar0_ + 8u * static_cast<uint32_t>(stage);
-      kernels::mbarrier_arrive_expect_tx(bar, weight_bytes_);
+      kernels::mbarrier_arrive_expect_tx(bar, kTiles * gemv::kChunkBytes);
       kernels::tma_load_3d(weight_dst_ + stage_offset, weights_, 0, c, expert_tile0_, bar);
     }
     if constexpr (kRounds == 1) {
@@ -81,7 +80,7 @@ class SwapStageLoads {
   const uint16_t* act_row_ = nullptr;  // one round: the thread's row at its group's K of chunk 0
   const CUtensorMap* weights_;
   int k_, expert_tile0_;
-  uint32_t bar0_, weight_dst_, weight_bytes_, act_dst_;
+  uint32_t bar0_, weight_dst_, act_dst_;
   int kk0_, act_chunks_ = 0;
 };
 

@@ -238,10 +238,8 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
   const int my_tile = tile0 + warp;
   const bool producer = threadIdx.x == 0;
   if (producer) {
-    int block_tiles;
-    kernels::tma_prefetch_map(kernels::block_record_map(maps.weights, a.tiles, tile0, kTiles, block_tiles));
-    if (a.half_tail)
-      kernels::tma_prefetch_map(block_tiles < kTiles ? &maps.weights_half.tail : &maps.weights_half.whole);
+    kernels::tma_prefetch_map(&maps.weights);
+    if (a.half_tail) kernels::tma_prefetch_map(&maps.weights_half);
     kernels::tma_prefetch_map(&maps.act);
     // The narrower paths' maps only where the tile has those paths (launch_wgmma leaves the others zero).
 #pragma unroll
@@ -266,16 +264,12 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
   const int whole_chunks = a.half_tail ? a.chunks - 1 : a.chunks;
   auto load = [&](int c) {
     const int stage = c % kStages;
-    // An expert's last block copies only its remaining tiles' records (record_map.hpp).
-    int block_tiles;
-    const CUtensorMap* weights_map = kernels::block_record_map(maps.weights, a.tiles, tile0, kTiles, block_tiles);
-    const CUtensorMap* weights_half_map = &maps.weights_half.whole + (weights_map == &maps.weights.tail);
     if (c < whole_chunks)
-      load_stage<S::kHalfBytes>(smem + stage * S::kStageBytes, weights_map, block_tiles, act_map, act_box_bytes, c,
-                                expert_tile0, tile.row0, &full[stage]);
+      load_stage<S::kHalfBytes, kTiles>(smem + stage * S::kStageBytes, maps, act_map, act_box_bytes, c, expert_tile0,
+                                        tile.row0, &full[stage]);
     else
-      load_half_stage<S::kHalfBytes>(smem + stage * S::kStageBytes, weights_half_map, block_tiles, act_map,
-                                     act_box_bytes, c, expert_tile0, tile.row0, &full[stage]);
+      load_half_stage<S::kHalfBytes, kTiles>(smem + stage * S::kStageBytes, maps, act_map, act_box_bytes, c,
+                                             expert_tile0, tile.row0, &full[stage]);
   };
   if (producer)
     for (int c = 0; c < kAhead && c < a.chunks; ++c) load(c);
@@ -367,7 +361,7 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
   }
 
   const int64_t pitch = padded_k(a.n / 2);
-  if (kGemm1 && tile0 + kTiles >= a.tiles) {  // the m-tile's last weight block
+  if (kGemm1 && weight_block == weight_blocks - 1) {
     // The intermediate's padding past I (in its last chunk): zeros, which GEMM2 multiplies with the
     // zero weights of its records' blocks past K.
     const int features = a.n / 2, pad = static_cast<int>(pitch) - features;
@@ -486,9 +480,9 @@ void launch_wgmma(const mma::MmaArgs& a, int64_t tokens, int max_active, int row
   MXMOE_REQUIRE(blocks < (int64_t{1} << 31), "wgmma: too many blocks (", blocks, ")");
   WgmmaMaps maps{};  // the maps a tile never reads (WgShape's narrower paths) stay zero and unprefetched
   // Also checks that the experts lie back to back.
-  maps.weights = kernels::encode_block_record_maps("wgmma weights", a, kRecordWords, kTiles);
+  maps.weights = kernels::encode_record_map("wgmma weights", a, kRecordWords, kTiles);
   if (a.half_tail)
-    maps.weights_half = kernels::encode_block_record_maps("wgmma weights (half chunk)", a, kHalfRunWords, kTiles);
+    maps.weights_half = kernels::encode_record_map("wgmma weights (half chunk)", a, kHalfRunWords, kTiles);
   const uint64_t act_dims[] = {static_cast<uint64_t>(a.k), static_cast<uint64_t>(tokens * a.top_k)};
   const uint64_t act_strides[] = {static_cast<uint64_t>(a.k) * 2};
   auto act_map = [&](const char* what, int box_rows) {
