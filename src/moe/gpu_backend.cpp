@@ -507,7 +507,12 @@ class GpuBackend final : public BackendImpl {
       mma::launch_gemm2(a, tokens, max_active, tile.m_tiles, stream);
     }
     if (stages < 4) return;
-    routing::combine_rows(ws.expert_rows, ws.routing.pair_row, tokens, config_.top_k, config_.hidden, out, stream);
+    // The swap-AB and wgmma tiles' GEMM2 writes bf16 rows (swap_epilogue.cuh), the others fp32.
+    if (tile.wgmma || tile.swap_ab)
+      routing::combine_bf16_rows(reinterpret_cast<const uint16_t*>(ws.expert_rows), ws.routing.pair_row, tokens,
+                                 config_.top_k, config_.hidden, out, stream);
+    else
+      routing::combine_rows(ws.expert_rows, ws.routing.pair_row, tokens, config_.top_k, config_.hidden, out, stream);
   }
 
   static void bind_mma(mma::MmaArgs& a, const PackedMatrix& m, int n, int k) {

@@ -17,7 +17,7 @@ namespace mxmoe {
 struct BoundWorkspace {
   routing::RoutingBuffers routing;
   void* intermediate;      // [T*k, I] bf16 (fp32 for the MX backends)
-  float* expert_rows;      // [T*k, H] fp32, already times the routing weight
+  float* expert_rows;      // [T*k, H] fp32 (bf16 from the swap-AB and wgmma tiles), already times the routing weight
   // The fused decode path (kernels/gemv/decode.hpp), when the backend asks for it:
   float* decode_partials;  // decode_floats fp32
   int32_t* pair_slot;      // [T*k]

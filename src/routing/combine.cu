@@ -1,4 +1,5 @@
-// combine: each token's k expert rows summed in slot order in fp32 (bitwise reproducible), bf16 out.
+// combine: each token's k expert rows (fp32, or bf16 from the swap-AB and wgmma tiles) summed in slot order
+// in fp32 (bitwise reproducible), bf16 out.
 #include <cuda_bf16.h>
 
 #include "kernels/common/bf16_pack.cuh"
@@ -11,7 +12,16 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void __launch_bounds__(kThreads) combine_kernel(const float* __restrict__ rows,
+// Four consecutive elements of a row as fp32.
+__device__ __forceinline__ float4 load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ __forceinline__ float4 load4(const uint16_t* p) {
+  const uint2 v = *reinterpret_cast<const uint2*>(p);
+  return make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xFFFF0000u), __uint_as_float(v.y << 16),
+                     __uint_as_float(v.y & 0xFFFF0000u));
+}
+
+template <class Row>
+__global__ void __launch_bounds__(kThreads) combine_kernel(const Row* __restrict__ rows,
                                                            const int32_t* __restrict__ pair_row, int top_k,
                                                            int hidden, uint16_t* __restrict__ out) {
   // Programmatic dependent launch (docs/gpu-pipeline.md): wait for GEMM2, then let the next kernel launch.
@@ -23,7 +33,7 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const float* __restri
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   for (int s = 0; s < top_k; ++s) {
     const int64_t row = pair_row[t * top_k + s];
-    const float4 v = *reinterpret_cast<const float4*>(rows + row * hidden + n);
+    const float4 v = load4(rows + row * hidden + n);
     acc.x += v.x;
     acc.y += v.y;
     acc.z += v.z;
@@ -32,14 +42,25 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const float* __restri
   *reinterpret_cast<uint2*>(out + t * hidden + n) = kernels::pack_bf16x4(acc);
 }
 
+template <class Row>
+void launch_combine(const Row* rows, const int32_t* pair_row, int64_t tokens, int top_k, int hidden, uint16_t* out,
+                    cudaStream_t stream) {
+  if (tokens == 0) return;
+  MXMOE_REQUIRE(hidden % 4 == 0, "combine: hidden must be a multiple of 4, got ", hidden);
+  const dim3 grid(static_cast<unsigned>(tokens), (hidden / 4 + kThreads - 1) / kThreads);
+  kernels::launch_with_pdl(combine_kernel<Row>, grid, dim3(kThreads), 0, stream, rows, pair_row, top_k, hidden, out);
+}
+
 }  // namespace
 
 void combine_rows(const float* rows, const int32_t* pair_row, int64_t tokens, int top_k, int hidden, uint16_t* out,
                   cudaStream_t stream) {
-  if (tokens == 0) return;
-  MXMOE_REQUIRE(hidden % 4 == 0, "combine: hidden must be a multiple of 4, got ", hidden);
-  const dim3 grid(static_cast<unsigned>(tokens), (hidden / 4 + kThreads - 1) / kThreads);
-  kernels::launch_with_pdl(combine_kernel, grid, dim3(kThreads), 0, stream, rows, pair_row, top_k, hidden, out);
+  launch_combine(rows, pair_row, tokens, top_k, hidden, out, stream);
+}
+
+void combine_bf16_rows(const uint16_t* rows, const int32_t* pair_row, int64_t tokens, int top_k, int hidden,
+                       uint16_t* out, cudaStream_t stream) {
+  launch_combine(rows, pair_row, tokens, top_k, hidden, out, stream);
 }
 
 }  // namespace mxmoe::routing

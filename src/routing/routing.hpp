@@ -38,8 +38,11 @@ inline int route_segment_tokens(int64_t tokens) {
 void route_and_permute(const MoeConfig& config, const float* logits, int64_t tokens, const RoutingBuffers& buffers,
                        cudaStream_t stream);
 
-// out[t, :] = bf16( sum over s < k of rows[pair_row[t*k+s], :] ), rows fp32 [T*k, H].
+// out[t, :] = bf16( sum over s < k of rows[pair_row[t*k+s], :] ) in fp32, rows fp32 [T*k, H].
 void combine_rows(const float* rows, const int32_t* pair_row, int64_t tokens, int top_k, int hidden, uint16_t* out,
                   cudaStream_t stream);
+// The same from bf16 rows (the swap-AB and wgmma tiles' GEMM2: half the bytes written and read back).
+void combine_bf16_rows(const uint16_t* rows, const int32_t* pair_row, int64_t tokens, int top_k, int hidden,
+                       uint16_t* out, cudaStream_t stream);
 
 }  // namespace mxmoe::routing

@@ -153,6 +153,8 @@ TEST(GpuRouting, NanAsMinusInfAndSignedZerosTie) {
   }
 }
 
+// Both row formats (fp32; bf16 from the swap-AB and wgmma tiles): each token's k rows in slot order in fp32,
+// rounded once to bf16, bit for bit; the output poisoned first.
 TEST(GpuCombine, SumsSlotsInOrder) {
   MXMOE_SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(fresh_seed());
@@ -161,18 +163,32 @@ TEST(GpuCombine, SumsSlotsInOrder) {
   std::normal_distribution<float> dist;
   std::vector<float> rows(static_cast<size_t>(tokens * k * hidden));
   for (auto& x : rows) x = dist(rng);
+  std::vector<uint16_t> rows_bf16(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) rows_bf16[i] = float_to_bf16(rows[i]);
   std::vector<int32_t> pair_row(static_cast<size_t>(tokens * k));
   for (size_t i = 0; i < pair_row.size(); ++i) pair_row[i] = static_cast<int32_t>((i * 7) % pair_row.size());
-  const DeviceBuffer d_rows = to_device(rows), d_map = to_device(pair_row);
-  DeviceBuffer d_out(static_cast<size_t>(tokens * hidden) * 2);
-  routing::combine_rows(d_rows.get<float>(), d_map.get<int32_t>(), tokens, k, hidden, d_out.get<uint16_t>(), nullptr);
-  const auto out = to_host<uint16_t>(d_out, static_cast<size_t>(tokens * hidden));
-  for (int64_t t = 0; t < tokens; ++t)
-    for (int n = 0; n < hidden; ++n) {
-      float sum = 0.f;
-      for (int s = 0; s < k; ++s) sum += rows[static_cast<size_t>(pair_row[t * k + s] * hidden + n)];
-      ASSERT_EQ(out[static_cast<size_t>(t * hidden + n)], float_to_bf16(sum)) << t << "," << n;
-    }
+  const DeviceBuffer d_rows = to_device(rows), d_rows_bf16 = to_device(rows_bf16), d_map = to_device(pair_row);
+  for (const bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16 rows" : "fp32 rows");
+    DeviceBuffer d_out(static_cast<size_t>(tokens * hidden) * 2);
+    ASSERT_EQ(cudaMemset(d_out.get(), 0xFF, static_cast<size_t>(tokens * hidden) * 2), cudaSuccess);
+    if (bf16)
+      routing::combine_bf16_rows(d_rows_bf16.get<uint16_t>(), d_map.get<int32_t>(), tokens, k, hidden,
+                                 d_out.get<uint16_t>(), nullptr);
+    else
+      routing::combine_rows(d_rows.get<float>(), d_map.get<int32_t>(), tokens, k, hidden, d_out.get<uint16_t>(),
+                            nullptr);
+    const auto out = to_host<uint16_t>(d_out, static_cast<size_t>(tokens * hidden));
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int n = 0; n < hidden; ++n) {
+        float sum = 0.f;
+        for (int s = 0; s < k; ++s) {
+          const size_t i = static_cast<size_t>(pair_row[t * k + s] * hidden + n);
+          sum += bf16 ? bf16_to_float(rows_bf16[i]) : rows[i];
+        }
+        ASSERT_EQ(out[static_cast<size_t>(t * hidden + n)], float_to_bf16(sum)) << t << "," << n;
+      }
+  }
 }
 
 }  // namespace

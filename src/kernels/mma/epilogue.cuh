@@ -18,7 +18,7 @@ struct EpilogueArgs {
   int n;                 // output rows per expert in the checkpoint (2I or H)
   const int32_t* row_pair;
   const float* pair_weights;
-  void* out;             // GEMM1: bf16 [rows, I]; GEMM2: fp32 [rows, H]
+  void* out;             // GEMM1: bf16 [rows, I]; GEMM2: fp32 [rows, H] (bf16 in store_swap_rows)
   float alpha, limit;
   // GEMM1's fp32 output somewhere else (the MXFP8 epilogue's tile in shared memory): element
   // (row, feature f) at out + row * pitch + f - feature0. pitch 0: the intermediate's (n / 2).

@@ -19,7 +19,7 @@ namespace mxmoe::mma {
 
 struct MmaArgs : kernels::GroupedWeights, kernels::GroupedRouting {
   const uint16_t* act = nullptr;     // GEMM1: hidden [T, H]; GEMM2: intermediate [rows, I] (permuted: swap_ab)
-  void* out = nullptr;               // GEMM1: bf16 [rows, I]; GEMM2: fp32 [rows, H]
+  void* out = nullptr;               // GEMM1: bf16 [rows, I]; GEMM2: fp32 [rows, H] (bf16: swap_ab and wgmma)
   bool wide_scales = false;          // some scale byte is > 128 or 0xFF: the general multiplier path
   bool swap_ab = false;              // the swap-AB tiles (weights on the MMA's M side): swap_gemm_kernel.cu
   // The swap-AB tiles, both GEMMs on the same tile: GEMM1 counts its blocks done per expert here
@@ -81,7 +81,8 @@ bool fits(size_t smem_per_block_optin);
 void configure(size_t smem_per_block_optin);
 
 // GEMM1 + bias + clamped interleaved SwiGLU -> bf16 intermediate; GEMM2 + bias, times the routing
-// weight -> fp32 rows for the combine. Launched with programmatic dependent launch.
+// weight -> rows for the combine: fp32, or bf16 from the swap-AB tiles (swap_epilogue.cuh). Launched with
+// programmatic dependent launch.
 void launch_gemm1(const MmaArgs& args, int64_t tokens, int max_active, int m_tiles, cudaStream_t stream);
 void launch_gemm2(const MmaArgs& args, int64_t tokens, int max_active, int m_tiles, cudaStream_t stream);
 

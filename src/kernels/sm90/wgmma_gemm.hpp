@@ -37,7 +37,7 @@ size_t wgmma_smem_bytes(int rows);
 // Lets the kernels use their dynamic shared memory (idempotent); needs wgmma_runs.
 void configure_wgmma();
 // GEMM1 (+ bias + SwiGLU -> bf16 intermediate in chunk order, row length padded_k(n / 2)) or GEMM2
-// (+ bias, times the routing weight -> fp32 rows). Programmatic dependent launch.
+// (+ bias, times the routing weight -> bf16 rows). Programmatic dependent launch.
 template <bool kGemm1>
 void launch_wgmma(const mma::MmaArgs& args, int64_t tokens, int max_active, int rows, cudaStream_t stream);
 
