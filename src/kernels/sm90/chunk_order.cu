@@ -47,6 +47,8 @@ void to_chunk_order(const uint16_t* in, uint16_t* out, int64_t rows, int k, cuda
                     int top_k) {
   MXMOE_REQUIRE(k > 0, "to_chunk_order: k must be positive, got ", k);
   MXMOE_REQUIRE(top_k > 0, "to_chunk_order: top_k must be positive, got ", top_k);
+  MXMOE_REQUIRE(rows >= 0, "to_chunk_order: rows must not be negative, got ", rows);
+  MXMOE_REQUIRE(reinterpret_cast<uintptr_t>(out) % 16 == 0, "to_chunk_order: out must be 16-byte aligned");
   const int groups_per_row = static_cast<int>(padded_k(k) / 8);
   const int64_t groups = rows * groups_per_row;
   if (groups == 0) return;
