@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# SASS check of the MX atoms (issue 4): disassembles the library's cubins and fails unless
-#   sm_120a / sm_121a: every native-atom kernel has the block-scaled MMA (QMMA.SF ... E4M3.E2M1.E8)
-#                      and every emulated-atom kernel the FP8 MMA (QMMA ... E4M3.E4M3);
-#   sm_90a:            every emulated-atom kernel has the FP8 mma.sync as Hopper lowers it (HMMA.16816.F32)
-#                      and no kernel has a block-scaled MMA.
-# Usage: scripts/check_sass.sh LIBRARY ARCHS   (ARCHS: the build's CUDA architectures, e.g. "90a;120a;121a")
+# SASS and PTX check of the MX atoms: disassembles a library or object file and fails unless
+#   SM12x (120a, 121a, 120f, 121f): every native-atom kernel has the block-scaled MMA in its SASS
+#       (QMMA.SF ... E4M3.E2M1.E8) and in its PTX (mma.sync ... block_scale), every emulated-atom
+#       kernel the FP8 MMA (QMMA ... E4M3.E4M3), and no MX kernel traps (BPT.TRAP / trap;): a target
+#       whose feature macros the atoms' guard misses (kernels/common/arch_features.cuh) compiles the
+#       native atom to a trap, which this catches;
+#   90a: every emulated-atom kernel has the FP8 mma.sync as Hopper lowers it (HMMA.16816.F32), no
+#       emulated kernel traps, and no kernel has a block-scaled MMA.
+# A family target (120f) is listed by cuobjdump as an sm_120 cubin beside its sm_120f PTX.
+# Usage: scripts/check_sass.sh FILE ARCHS   (ARCHS: the build's CUDA architectures, e.g. "90a;120a;121a")
 # cuobjdump and nvdisasm come from PyPI (scripts/setup.sh puts them in .tools/), or from a CUDA toolkit.
 set -euo pipefail
 lib=$1
@@ -14,48 +18,66 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 command -v cuobjdump >/dev/null && command -v nvdisasm >/dev/null ||
   { echo "check_sass: cuobjdump/nvdisasm not found (scripts/setup.sh installs them from PyPI)"; exit 1; }
 
-# One disassembly per architecture, kept for the checks of that architecture.
+# One disassembly (SASS or PTX) per architecture, kept for the checks of that architecture.
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-sass_of() {
-  [[ -f "$work/$1.sass" ]] || cuobjdump -sass -arch "$1" "$lib" >"$work/$1.sass"
-  cat "$work/$1.sass"
+listing_of() {  # sass|ptx, arch
+  [[ -f "$work/$2.$1" ]] || cuobjdump "-$1" -arch "$2" "$lib" >"$work/$2.$1"
+  cat "$work/$2.$1"
 }
-# "functions whose name matches $2, and how many of them contain an instruction matching $3"
-count() {
-  sass_of "$1" | awk -v fp="$2" -v ip="$3" '
-    /Function :/ { in_f = ($3 ~ fp); if (in_f) nf++; seen = 0; next }
+# "functions whose name matches $3, and how many of them contain an instruction matching $4"
+count() {  # sass|ptx, arch, function pattern, instruction pattern
+  local head='Function :' name=3
+  [[ $1 == ptx ]] && head='\\.entry ' name=2
+  listing_of "$1" "$2" | awk -v fp="$3" -v ip="$4" -v head="$head" -v name="$name" '
+    $0 ~ head { in_f = ($name ~ fp); if (in_f) nf++; seen = 0; next }
     in_f && !seen && $0 ~ ip { seen = 1; ni++ }
     END { print nf + 0, ni + 0 }'
 }
 status=0
-require() {  # arch, function pattern, instruction pattern, what
+require() {  # sass|ptx, arch, function pattern, instruction pattern, what
   local nf ni
-  read -r nf ni < <(count "$1" "$2" "$3")
+  read -r nf ni < <(count "$1" "$2" "$3" "$4")
   if ((nf >= 2 && ni == nf)); then
-    echo "check_sass: $1: $4 in all $nf $2 kernels"
+    echo "check_sass: $2 $1: $5 in all $nf $3 kernels"
   else
-    echo "check_sass: $1: FAILED: $4 in $ni of $nf $2 kernels (want all, and at least 2)"
+    echo "check_sass: $2 $1: FAILED: $5 in $ni of $nf $3 kernels (want all, and at least 2)"
     status=1
   fi
 }
-present=$(cuobjdump -lelf "$lib" | grep -o 'sm_[0-9]*a\?' | sort -u | tr '\n' ' ')
+forbid() {  # sass|ptx, arch, function pattern, instruction pattern, what
+  local nf ni
+  read -r nf ni < <(count "$1" "$2" "$3" "$4")
+  if ((ni == 0)); then
+    echo "check_sass: $2 $1: no $5 in the $nf $3 kernels"
+  else
+    echo "check_sass: $2 $1: FAILED: $5 in $ni of $nf $3 kernels"
+    status=1
+  fi
+}
+present=" $(cuobjdump -lelf -lptx "$lib" | grep -o 'sm_[0-9]*[af]\?\.\(cubin\|ptx\)' | sort -u | tr '\n' ' ')"
 for arch in ${archs//;/ }; do
+  arch=${arch%-real}
   sm="sm_$arch"
-  if [[ " $present " != *" $sm "* ]]; then
-    echo "check_sass: FAILED: no $sm cubin in $lib (it has: $present)"
+  cubin="$sm.cubin"
+  [[ $arch == *f ]] && cubin="sm_${arch%f}.cubin"
+  if [[ $present != *" $cubin "* || $present != *" $sm.ptx "* ]]; then
+    echo "check_sass: FAILED: no $sm code (cubin and PTX) in $lib (it has: $present)"
     status=1
     continue
   fi
   case "$arch" in
-    120a | 121a)
-      require "$sm" MxNativeAtom 'QMMA\.SF\.16832\.F32\.E4M3\.E2M1\.E8' "block-scaled mma (kind::mxf8f6f4)"
-      require "$sm" MxEmulatedAtom 'QMMA\.16832\.F32\.E4M3\.E4M3' "fp8 mma" ;;
+    12[0-9]*)
+      require sass "$sm" MxNativeAtom 'QMMA\.SF\.16832\.F32\.E4M3\.E2M1\.E8' "block-scaled mma (kind::mxf8f6f4)"
+      require ptx "$sm" MxNativeAtom 'mma\.sync\.aligned\.m16n8k32\.row\.col\.kind::mxf8f6f4\.block_scale' \
+        "block-scaled mma (kind::mxf8f6f4)"
+      require sass "$sm" MxEmulatedAtom 'QMMA\.16832\.F32\.E4M3\.E4M3' "fp8 mma"
+      forbid sass "$sm" 'Mx(Native|Emulated)Atom' 'BPT\.TRAP' "trap"
+      forbid ptx "$sm" 'Mx(Native|Emulated)Atom' 'trap;' "trap" ;;
     90a)
-      require "$sm" MxEmulatedAtom 'HMMA\.16816\.F32' "fp8 mma.sync (lowered to HMMA)"
-      read -r _ blockscaled < <(count "$sm" '.' 'QMMA\.SF')
-      if ((blockscaled == 0)); then echo "check_sass: $sm: no block-scaled mma, as expected"
-      else echo "check_sass: $sm: FAILED: $blockscaled kernels have a block-scaled mma"; status=1; fi ;;
+      require sass "$sm" MxEmulatedAtom 'HMMA\.16816\.F32' "fp8 mma.sync (lowered to HMMA)"
+      forbid sass "$sm" MxEmulatedAtom 'BPT\.TRAP' "trap"
+      forbid sass "$sm" '.' 'QMMA\.SF' "block-scaled mma" ;;
   esac
 done
 exit $status

@@ -14,6 +14,7 @@ struct GpuInfo {
   size_t l2_bytes = 0;
   size_t smem_per_block_optin = 0;
   std::string best_target;                   // e.g. "sm_121a" for a GB10: the arch-specific target
+  std::string family_target;                 // e.g. "sm_120f" for any SM12x GPU; empty where none serves
   bool has_native_kernels = false;           // a cubin of this build runs on it without JIT
   std::vector<std::string> runnable_backends;  // validated here; `mxmoe check` runs these by default
 };
@@ -36,6 +37,10 @@ std::string probe_to_text(const ProbeResult& result);
 std::string canonical_arch(const std::string& arch);
 // The architecture-specific target for a device: cc 12.1 -> "sm_121a", 9.0 -> "sm_90a", 8.6 -> "sm_86".
 std::string best_target_for(int cc_major, int cc_minor);
+// The family-specific target that has every instruction mxmoe needs on the device, or "" where none
+// does: cc 12.x -> "sm_120f" (one cubin for RTX 50xx, RTX PRO 6000 and GB10, with the block-scaled
+// MMA); 9.0 -> "" (wgmma exists only in sm_90a).
+std::string family_target_for(int cc_major, int cc_minor);
 // Whether SASS compiled for `arch` runs on a device of compute capability major.minor:
 // plain sm_XY runs on the same major with minor >= Y; sm_XYa only on exactly X.Y;
 // sm_XYf on the same family (same major, minor >= Y).

@@ -77,6 +77,13 @@ std::string best_target_for(int cc_major, int cc_minor) {
   return out;
 }
 
+std::string family_target_for(int cc_major, int cc_minor) {
+  (void)cc_minor;
+  // kernels/common/arch_features.cuh: the block-scaled MMA is in the SM12x family's feature set from
+  // sm_120f on; Hopper's wgmma has no family target.
+  return cc_major == 12 ? "sm_120f" : "";
+}
+
 bool cubin_runs_on(const std::string& arch, int cc_major, int cc_minor) {
   const ParsedArch p = parse_arch(arch);
   if (p.suffix == 'a') return p.major == cc_major && p.minor == cc_minor;
@@ -111,6 +118,7 @@ ProbeResult probe() {
     gpu.l2_bytes = static_cast<size_t>(prop.l2CacheSize);
     gpu.smem_per_block_optin = prop.sharedMemPerBlockOptin;
     gpu.best_target = best_target_for(prop.major, prop.minor);
+    gpu.family_target = family_target_for(prop.major, prop.minor);
     for (const auto& arch : result.compiled_archs)
       gpu.has_native_kernels = gpu.has_native_kernels || cubin_runs_on(arch, prop.major, prop.minor);
     // The backends `mxmoe check` runs by default: those a GPU run has held to their tolerance.
@@ -125,7 +133,8 @@ ProbeResult probe() {
   if (result.gpus.empty()) result.no_gpu_reason = "no CUDA device could be queried";
   else if (std::none_of(result.gpus.begin(), result.gpus.end(), [](const GpuInfo& g) { return g.has_native_kernels; }))
     result.no_gpu_reason = "this build has no kernels for the GPU present (build for its target, e.g. " +
-                           result.gpus[0].best_target + ")";
+                           result.gpus[0].best_target +
+                           (result.gpus[0].family_target.empty() ? "" : " or " + result.gpus[0].family_target) + ")";
   return result;
 }
 
@@ -153,6 +162,7 @@ std::string probe_to_json(const ProbeResult& r) {
     gj["name"] = g.name;
     gj["compute_capability"] = std::to_string(g.cc_major) + "." + std::to_string(g.cc_minor);
     gj["best_target"] = g.best_target;
+    if (!g.family_target.empty()) gj["family_target"] = g.family_target;
     gj["sm_count"] = g.sm_count;
     gj["memory_bytes"] = g.total_memory;
     gj["l2_bytes"] = g.l2_bytes;
@@ -175,7 +185,9 @@ std::string probe_to_text(const ProbeResult& r) {
   if (!r.no_gpu_reason.empty()) os << "GPU: none usable (" << r.no_gpu_reason << ")\n";
   for (const auto& g : r.gpus) {
     os << "GPU " << g.index << ": " << g.name << ", compute capability " << g.cc_major << "." << g.cc_minor
-       << " (target " << g.best_target << "), " << g.sm_count << " SMs, " << (g.total_memory >> 20) << " MiB, L2 "
+       << " (build for " << g.best_target
+       << (g.family_target.empty() ? std::string() : ", or " + g.family_target + " for every GPU of its family") << "), "
+       << g.sm_count << " SMs, " << (g.total_memory >> 20) << " MiB, L2 "
        << (g.l2_bytes >> 20) << " MiB\n";
     os << "  backends: ";
     for (size_t i = 0; i < g.runnable_backends.size(); ++i) os << (i ? ", " : "") << g.runnable_backends[i];

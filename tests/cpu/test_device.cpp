@@ -40,6 +40,15 @@ TEST(Arch, BestTargetIsTheArchSpecificOneFromHopperOn) {
   EXPECT_EQ(mxmoe::best_target_for(8, 0), "sm_80");
 }
 
+// The family target that carries the native MX atom (arch_features.cuh) runs on every SM12x GPU.
+TEST(Arch, FamilyTargetIsSm120fForEverySm12xGpuAndNoneForHopper) {
+  EXPECT_EQ(mxmoe::family_target_for(12, 0), "sm_120f");
+  EXPECT_EQ(mxmoe::family_target_for(12, 1), "sm_120f");
+  EXPECT_TRUE(mxmoe::cubin_runs_on(mxmoe::family_target_for(12, 1), 12, 1));
+  EXPECT_EQ(mxmoe::family_target_for(9, 0), "");  // wgmma: sm_90a only
+  EXPECT_EQ(mxmoe::family_target_for(8, 9), "");
+}
+
 TEST(Arch, ArchSpecificCubinsRunOnlyOnTheirChip) {
   EXPECT_TRUE(mxmoe::cubin_runs_on("sm_121a", 12, 1));
   EXPECT_FALSE(mxmoe::cubin_runs_on("sm_120a", 12, 1));  // the SM120 cubin does not load on a GB10

@@ -16,9 +16,7 @@
 // the accumulators to that point).
 #include <cstdint>
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define MXMOE_WGMMA_ARCH 1
-#endif
+#include "kernels/common/arch_features.cuh"
 
 namespace mxmoe::kernels {
 
@@ -44,14 +42,14 @@ __device__ __forceinline__ uint64_t wgmma_desc_sw128_from_low(uint32_t low) {
 // Orders this thread's register writes (the A fragments, the accumulators) before the warpgroup's
 // next wgmma reads them.
 __device__ __forceinline__ void wgmma_fence() {
-#if defined(MXMOE_WGMMA_ARCH)
+#if MXMOE_HAS_WGMMA
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #endif
 }
 
 // Closes the group of the wgmmas issued since the last commit.
 __device__ __forceinline__ void wgmma_commit() {
-#if defined(MXMOE_WGMMA_ARCH)
+#if MXMOE_HAS_WGMMA
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 #endif
 }
@@ -59,7 +57,7 @@ __device__ __forceinline__ void wgmma_commit() {
 // Waits until at most kPending committed groups are still in flight.
 template <int kPending>
 __device__ __forceinline__ void wgmma_wait() {
-#if defined(MXMOE_WGMMA_ARCH)
+#if MXMOE_HAS_WGMMA
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 #endif
 }
@@ -76,7 +74,7 @@ __device__ __forceinline__ void wgmma_fence_operands(float (&d)[kRegs]) {
 // `desc`), by the whole warpgroup.
 __device__ __forceinline__ void wgmma_m64n24k16_bf16_rs(float (&d)[12], uint32_t a0, uint32_t a1, uint32_t a2,
                                                         uint32_t a3, uint64_t desc) {
-#if defined(MXMOE_WGMMA_ARCH)
+#if MXMOE_HAS_WGMMA
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %17, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n24k16.f32.bf16.bf16 "
@@ -93,7 +91,7 @@ __device__ __forceinline__ void wgmma_m64n24k16_bf16_rs(float (&d)[12], uint32_t
 
 __device__ __forceinline__ void wgmma_m64n32k16_bf16_rs(float (&d)[16], uint32_t a0, uint32_t a1, uint32_t a2,
                                                         uint32_t a3, uint64_t desc) {
-#if defined(MXMOE_WGMMA_ARCH)
+#if MXMOE_HAS_WGMMA
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
@@ -110,7 +108,7 @@ __device__ __forceinline__ void wgmma_m64n32k16_bf16_rs(float (&d)[16], uint32_t
 
 __device__ __forceinline__ void wgmma_m64n40k16_bf16_rs(float (&d)[20], uint32_t a0, uint32_t a1, uint32_t a2,
                                                         uint32_t a3, uint64_t desc) {
-#if defined(MXMOE_WGMMA_ARCH)
+#if MXMOE_HAS_WGMMA
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %25, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n40k16.f32.bf16.bf16 "
@@ -128,7 +126,7 @@ __device__ __forceinline__ void wgmma_m64n40k16_bf16_rs(float (&d)[20], uint32_t
 
 __device__ __forceinline__ void wgmma_m64n48k16_bf16_rs(float (&d)[24], uint32_t a0, uint32_t a1, uint32_t a2,
                                                         uint32_t a3, uint64_t desc) {
-#if defined(MXMOE_WGMMA_ARCH)
+#if MXMOE_HAS_WGMMA
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %29, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n48k16.f32.bf16.bf16 "
@@ -146,7 +144,7 @@ __device__ __forceinline__ void wgmma_m64n48k16_bf16_rs(float (&d)[24], uint32_t
 
 __device__ __forceinline__ void wgmma_m64n56k16_bf16_rs(float (&d)[28], uint32_t a0, uint32_t a1, uint32_t a2,
                                                         uint32_t a3, uint64_t desc) {
-#if defined(MXMOE_WGMMA_ARCH)
+#if MXMOE_HAS_WGMMA
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %33, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n56k16.f32.bf16.bf16 "
@@ -165,7 +163,7 @@ __device__ __forceinline__ void wgmma_m64n56k16_bf16_rs(float (&d)[28], uint32_t
 
 __device__ __forceinline__ void wgmma_m64n64k16_bf16_rs(float (&d)[32], uint32_t a0, uint32_t a1, uint32_t a2,
                                                         uint32_t a3, uint64_t desc) {
-#if defined(MXMOE_WGMMA_ARCH)
+#if MXMOE_HAS_WGMMA
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
@@ -184,7 +182,7 @@ __device__ __forceinline__ void wgmma_m64n64k16_bf16_rs(float (&d)[32], uint32_t
 
 __device__ __forceinline__ void wgmma_m64n128k16_bf16_rs(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2,
                                                         uint32_t a3, uint64_t desc) {
-#if defined(MXMOE_WGMMA_ARCH)
+#if MXMOE_HAS_WGMMA
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "

@@ -5,9 +5,12 @@
 //     c += partial * 2^6 * 2^(sa-127) * 2^(sb-127) (the weights are e4m3 bytes worth e2m1 * 2^-6,
 //     and every factor is a power of two, applied one at a time so none overflows on its own): the
 //     block-scaled MMA of SM120 reproduced, so its data path runs and is tested on Hopper.
-//   MxNativeAtom (sm_120a/sm_121a): mma ... kind::mxf8f6f4.block_scale.scale_vec::1X with ue8m0
-//     scales, e2m1 in 8-bit containers. Compiled for those targets only; elsewhere it traps.
+//   MxNativeAtom (sm_120a/sm_121a/sm_120f/sm_121f): mma ... kind::mxf8f6f4.block_scale.scale_vec::1X
+//     with ue8m0 scales, e2m1 in 8-bit containers. Compiled for those targets only (arch_features.cuh);
+//     elsewhere it traps, and the SASS checks fail any SM12x build where it does.
 #include <cstdint>
+
+#include "kernels/common/arch_features.cuh"
 
 namespace mxmoe::mma {
 
@@ -23,7 +26,7 @@ struct MxEmulatedAtom {
   static __device__ __forceinline__ void mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                              uint32_t b0, uint32_t b1, float fa_lo, float fa_hi, float fb0, float fb1) {
     float p0 = 0.f, p1 = 0.f, p2 = 0.f, p3 = 0.f;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#if MXMOE_HAS_FP8_MMA_SYNC
     asm volatile(
         "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(p0), "+f"(p1), "+f"(p2), "+f"(p3)
@@ -40,11 +43,11 @@ struct MxEmulatedAtom {
 
 struct MxNativeAtom {
   static constexpr bool kContainers = true;
-  // sfa: lane t = 0 holds row g's scale byte, t = 1 row g+8's (byte 0; thread-id-a 0); sfb: lane
-  // t = 0 holds column g's (thread-id-b 0). The other lanes' values are not read.
+  // sfa, sfb: the scale bytes (byte 0; thread-id-a = thread-id-b = 0) as native_scale_a and
+  // native_scale_b_row (mx_fragments.cuh) place them in the lanes.
   static __device__ __forceinline__ void mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                              uint32_t b0, uint32_t b1, uint32_t sfa, uint32_t sfb) {
-#if defined(__CUDA_ARCH_FEAT_SM120_ALL) || defined(__CUDA_ARCH_FEAT_SM121_ALL)
+#if MXMOE_HAS_BLOCK_SCALED_MMA
     asm volatile(
         "mma.sync.aligned.m16n8k32.row.col.kind::mxf8f6f4.block_scale.scale_vec::1X.f32.e4m3.e2m1.f32.ue8m0 "
         "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3}, %10, {0, 0}, %11, {0, 0};\n"

@@ -12,7 +12,7 @@
 // patterns s<<15 | e1e0m<<6 and then moved to bytes: e4m3 bytes s<<7 | e1e0m<<2, which are the e2m1
 // value times 2^-6 exactly (the emulated atom multiplies 2^6 back), or the e2m1 code in bits [5:2] of
 // an 8-bit container, as kind::mxf8f6f4 wants it (the native atom). Host-callable: the CPU tests
-// feed an emulation of the PTX fragment tables with these functions.
+// feed an emulation of the PTX fragment tables with these functions, the scale wiring below included.
 #include <cstdint>
 
 #include "kernels/common/mx_decode.cuh"
@@ -51,6 +51,25 @@ MXMOE_HD void mx_weight_slots(uint32_t packed_word, uint32_t& first, uint32_t& s
   }
   first = v[0] | (v[1] << 8);   // elements 3, 2, 7, 6
   second = v[2] | (v[3] << 8);  // elements 1, 0, 5, 4
+}
+
+// The scale operands, as the MX GEMM kernel passes them (PTX ISA, "Block Scaling for mma.sync",
+// scale_vec::1X with thread-id-a = thread-id-b = 0 in the instruction): the native atom reads SF_A of
+// row m from lane 4 (m % 8) + m / 8 and SF_B of column n from lane 4 n. So lane (g, t = 0) passes row
+// g's activation scale, lane (g, t = 1) row g+8's (the other lanes' are not read), and every lane of
+// group g the scale of weight row g of the n8 group.
+MXMOE_HD uint32_t native_scale_a(int t, uint32_t row_g, uint32_t row_g8) { return t == 0 ? row_g : row_g8; }
+MXMOE_HD int native_scale_b_row(int g) { return g; }
+// The emulated atom scales its own accumulators: lane (g, t) holds C columns 2t and 2t + 1, so it
+// passes the scales of weight rows 2t + j (j = 0, 1) of the n8 group (and rows g, g+8's activation scales).
+MXMOE_HD int emulated_scale_b_row(int t, int j) { return 2 * t + j; }
+
+// The activation scale of row l (0..63) of half `half` of a 128-row group, k-block b (0..3) of the
+// chunk, inside that chunk's 512 bytes of the swizzled layout (mxmoe/scale_layout.hpp, FACTS.md §4),
+// which the kernel copies to shared memory as they are.
+MXMOE_HD int act_scale_index(int half, int l, int b) {
+  const int r = 64 * half + l;  // row inside the 128-row group
+  return (r % 32) * 16 + (r / 32) * 4 + b;
 }
 
 }  // namespace mxmoe::mma

@@ -43,12 +43,6 @@ constexpr int kStageBytes = kActBytes + kScaleBytes + kWeightBytes;
 constexpr int kStages = 2;  // 55 KB; deeper measured no faster for the Bf16Atom tiles (mma_gemm_kernel.cu)
 static_assert(kStages * kStageBytes <= 101376, "the MX tile fits SM120's 99 KB of shared memory");
 
-// The swizzled-scale byte of local row l (0..63 of half `half`) and k-block b of the chunk.
-__device__ __forceinline__ int scale_index(int half, int l, int b) {
-  const int r = 64 * half + l;  // row inside the 128-row group
-  return (r % 32) * 16 + (r / 32) * 4 + b;
-}
-
 // The MXFP8 epilogue's fp32 tile: 64 rows of the block's 128 features, padded so that the 8 rows
 // read by a quarter-warp start in different banks.
 constexpr int kOutFeatures = kTilesPerBlock * 8;
@@ -148,10 +142,10 @@ __global__ void __launch_bounds__(kThreads, 1) mx_gemm_kernel(const MxArgs a) {
                 *reinterpret_cast<const uint32_t*>(record + gemv::record_data_offset(g, b, h) + 4 * t);
             mx_weight_slots<Atom::kContainers>(word, bw[q][h][0], bw[q][h][1]);
             if constexpr (Atom::kContainers) {
-              sfb[q][h] = record[gemv::record_scale_offset(g, b, h)];
+              sfb[q][h] = record[gemv::record_scale_offset(native_scale_b_row(g), b, h)];
             } else {
-              fb[q][h][0] = e8m0_value(record[gemv::record_scale_offset(2 * t, b, h)]);
-              fb[q][h][1] = e8m0_value(record[gemv::record_scale_offset(2 * t + 1, b, h)]);
+              fb[q][h][0] = e8m0_value(record[gemv::record_scale_offset(emulated_scale_b_row(t, 0), b, h)]);
+              fb[q][h][1] = e8m0_value(record[gemv::record_scale_offset(emulated_scale_b_row(t, 1), b, h)]);
             }
           }
 #pragma unroll
@@ -163,13 +157,14 @@ __global__ void __launch_bounds__(kThreads, 1) mx_gemm_kernel(const MxArgs a) {
           uint32_t a0, a1, a2, a3;
           mx_act_slots(lo.x, lo.y, a0, a2);
           mx_act_slots(hi.x, hi.y, a1, a3);
-          const uint32_t sa_lo = sc[scale_index(half, l, b)], sa_hi = sc[scale_index(half, l + 8, b)];
+          const uint32_t sa_lo = sc[act_scale_index(half, l, b)], sa_hi = sc[act_scale_index(half, l + 8, b)];
 #pragma unroll
           for (int q = 0; q < 2; ++q)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
               if constexpr (Atom::kContainers)
-                Atom::mma(acc[i][q][h], a0, a1, a2, a3, bw[q][h][0], bw[q][h][1], t == 0 ? sa_lo : sa_hi, sfb[q][h]);
+                Atom::mma(acc[i][q][h], a0, a1, a2, a3, bw[q][h][0], bw[q][h][1], native_scale_a(t, sa_lo, sa_hi),
+                          sfb[q][h]);
               else
                 Atom::mma(acc[i][q][h], a0, a1, a2, a3, bw[q][h][0], bw[q][h][1], e8m0_value(sa_lo),
                           e8m0_value(sa_hi), fb[q][h][0], fb[q][h][1]);

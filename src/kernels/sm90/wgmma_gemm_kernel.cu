@@ -94,7 +94,7 @@ __device__ __forceinline__ void with_path_width(int path, F&& f) {
   f(std::integral_constant<int, S::path_n(kPath)>{});
 }
 
-#if defined(MXMOE_WGMMA_ARCH)
+#if MXMOE_HAS_WGMMA
 __device__ __forceinline__ uint32_t smem_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -206,7 +206,7 @@ __device__ __forceinline__ void wgmma_half_chunk(uint32_t act, const uint8_t* re
 template <bool kGemm1, bool kWideScales, int kRows>
 __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
     wgmma_gemm_kernel(const mma::MmaArgs a, const __grid_constant__ WgmmaMaps maps) {
-#if defined(MXMOE_WGMMA_ARCH)
+#if MXMOE_HAS_WGMMA
   using S = WgShape<kRows>;
   using Atom = mma::Bf16Atom<kWideScales>;
   // Chunk c + kAhead is requested during chunk c, into chunk c - 1's stage once every warp has retired
