@@ -29,8 +29,8 @@ fi
 if [ "${SANITIZE:-0}" = 1 ]; then
   # memcheck over every kernel at the small shapes plus the full-size decode shapes; racecheck (about 10x
   # slower) over the small shapes alone, which run the same kernels and shared-memory code.
-  memcheck_filter='*small*:*odd_k*:*Determinism*:*Sequence*:*Routing*:*Expand*:*Paths*:*Cluster*:*one_expert*:*Decode*'
-  racecheck_filter='*small*:*odd_k*:*Sequence*:*Routing*:*Expand*:*Paths*:*one_expert*:*GpuDecode.*t1_fewer*:*GpuDecode.*t5_one*:*GpuDecode.*t6_wide*'
+  memcheck_filter='*small*:*odd_k*:*Determinism*:*Sequence*:*Routing*:*Expand*:*Paths*:*Cluster*:*one_expert*:*e128_2880*'
+  racecheck_filter='*small*:*odd_k*:*Sequence*:*Routing*:*Expand*:*Paths*:*one_expert*'
   for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
     filter=$memcheck_filter
     [ "$tool" = racecheck ] && filter=$racecheck_filter

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "mxmoe/config.hpp"
+#include "mxmoe/plan_override.hpp"
 #include "mxmoe/weights.hpp"
 
 struct CUstream_st;
@@ -46,6 +47,13 @@ struct RunnerOptions {
   Backend backend = Backend::Auto;
   int64_t max_tokens = 4096;  // the workspace is sized for at most this many tokens per forward
   bool use_env = true;        // let MXMOE_BACKEND override `backend`
+  // Forces parts of the GPU plan (plan_override.hpp); when empty, MXMOE_PLAN's value.
+  PlanOverride plan;
+  // A `mxmoe bench --tune` table for this device and shape; when empty, MXMOE_TUNE_FILE's value. A
+  // table for another device or shape is ignored, a missing or malformed file is an Error.
+  std::string tune_file;
+  // Print each forward's plan to stderr; also on with MXMOE_LOG=plan.
+  bool log_plan = false;
   // A 0xFF (NaN) weight scale byte: an Error naming the tensor and block (default; a gpt-oss
   // checkpoint has none, so one means corruption), or, when allowed, the MX semantics: that block's
   // outputs are NaN.
@@ -96,6 +104,10 @@ class MoeRunner {
 // MXMOE_BACKEND, parsed (case-insensitive); nullopt when unset or empty. An unknown name throws an
 // Error naming MXMOE_BACKEND and listing the valid backends.
 std::optional<Backend> backend_from_env();
+// The options with the environment applied, the one place that reads it: MXMOE_BACKEND (when
+// use_env), MXMOE_PLAN and MXMOE_TUNE_FILE (where the options leave them empty), MXMOE_LOG=plan. A
+// bad value is an Error naming the variable.
+RunnerOptions with_environment(RunnerOptions options);
 
 // Resolves Auto (and MXMOE_BACKEND when use_env) to a concrete backend for this machine.
 Backend resolve_backend(const RunnerOptions& options);

@@ -70,10 +70,15 @@ class MoeLayer:
     w1_bias [E, 2I] and w2_bias [E, H] (bfloat16, or their bits as uint16); CPU or CUDA tensors.
     backend: "auto" (the GPU planner with a GPU, else the CPU reference), "reference", "gemv", "mma",
     "mx-emulated" or "mx". max_tokens: the largest T a call may pass (the workspace is sized for it).
+    plan: forces parts of the GPU plan, in MXMOE_PLAN's form: "key=value,..." with keys mma, wgmma,
+    batch, ksplit, stages, counted, local_route, fused_combine, cluster_combine, mx_expand (e.g.
+    "mma=swap32,ksplit=4"); None (or "") leaves the planner's choice, or MXMOE_PLAN's where it is set.
+    An unknown key or value raises mxmoe.Error naming the key, and so does, on a GPU backend, a value
+    this build or GPU cannot run (the CPU reference has no plan to force).
     """
 
     def __init__(self, config: MoeConfig | str, weights: dict, *, backend: str = "auto",
-                 max_tokens: int = 4096) -> None:
+                 max_tokens: int = 4096, plan: str | None = None) -> None:
         if isinstance(config, str):
             config = MoeConfig.preset(config)
         missing = [n for n in ("w1_blocks", "w1_scales", "w2_blocks", "w2_scales") if n not in weights]
@@ -81,7 +86,7 @@ class MoeLayer:
             raise Error(f"weights: missing {', '.join(missing)}")
         self._layer = Layer(config, weights["w1_blocks"], weights["w1_scales"], weights.get("w1_bias"),
                             weights["w2_blocks"], weights["w2_scales"], weights.get("w2_bias"), backend,
-                            max_tokens)
+                            max_tokens, plan)
 
     @property
     def config(self) -> MoeConfig:
@@ -153,17 +158,17 @@ def _remember(tensors: tuple, params: tuple, layer: MoeLayer) -> None:
 def fused_moe(hidden: Any, router_logits: Any, w1_blocks: Any, w1_scales: Any, w1_bias: Any, w2_blocks: Any,
               w2_scales: Any, w2_bias: Any, top_k: int, *, routing: str = "topk_softmax",
               swiglu_alpha: float = 1.702, swiglu_limit: float = 7.0, backend: str = "auto",
-              out: Optional[Any] = None, max_tokens: int = 4096) -> Any:
+              out: Optional[Any] = None, max_tokens: int = 4096, plan: Optional[str] = None) -> Any:
     """The gpt-oss MoE block on checkpoint-layout weights, as a drop-in function.
 
     The shapes give E, H and I; the weights are prepared on the first call and cached by the identity
     of the weight tensors and the parameters, so later calls with the same tensors pay only the
     forward (changing a weight tensor in place after that is not seen: make a new tensor, or a
-    MoeLayer).
+    MoeLayer). backend, max_tokens and plan are MoeLayer's.
     """
     e, two_i, h_blocks = int(w1_blocks.shape[0]), int(w1_blocks.shape[1]), int(w1_blocks.shape[2])
     tensors = (w1_blocks, w1_scales, w1_bias, w2_blocks, w2_scales, w2_bias)
-    params = (int(top_k), routing, float(swiglu_alpha), float(swiglu_limit), backend, int(max_tokens))
+    params = (int(top_k), routing, float(swiglu_alpha), float(swiglu_limit), backend, int(max_tokens), plan)
     layer = _cached_layer(tensors, params)
     if layer is None:
         config = MoeConfig()
@@ -179,6 +184,6 @@ def fused_moe(hidden: Any, router_logits: Any, w1_blocks: Any, w1_scales: Any, w
             raise Error(f"w1_blocks: dimension 1 is 2 * intermediate and must be even, got {two_i}")
         weights = dict(zip(_WEIGHT_NAMES, (w1_blocks, w1_scales, w1_bias, w2_blocks, w2_scales, w2_bias)))
         layer = MoeLayer(config, {k: v for k, v in weights.items() if v is not None}, backend=backend,
-                         max_tokens=max_tokens)
+                         max_tokens=max_tokens, plan=plan)
         _remember(tensors, params, layer)
     return layer(hidden, router_logits, out)

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "moe/cuda_check.hpp"
-#include "moe/device_buffer.hpp"
+#include "common/cuda_check.hpp"
+#include "common/device_buffer.hpp"
 #include "mxmoe/mxmoe.hpp"
 
 namespace nb = nanobind;
@@ -93,11 +93,13 @@ std::vector<T> as_vector(const std::vector<uint8_t>& bytes) {
 
 // One MoE layer: the runner (which uploads or copies the weights) and, for a GPU
 // backend, its workspace, sized once for max_tokens so that forward allocates nothing (graph-safe).
+// plan: MXMOE_PLAN's string form (mxmoe/plan_override.hpp), forcing parts of the GPU plan; None or
+// empty leaves MXMOE_PLAN's value, where it is set.
 class Layer {
  public:
   Layer(const MoeConfig& config, const Array& w1_blocks, const Array& w1_scales, std::optional<Array> w1_bias,
         const Array& w2_blocks, const Array& w2_scales, std::optional<Array> w2_bias, const std::string& backend,
-        int64_t max_tokens)
+        int64_t max_tokens, const std::optional<std::string>& plan)
       : config_(config) {
     config_.validate();
     const int64_t e = config.num_experts, h = config.hidden, i = config.intermediate;
@@ -131,6 +133,7 @@ class Layer {
     options.backend = parse_backend(backend);
     options.max_tokens = max_tokens;
     options.use_env = options.backend == Backend::Auto;
+    if (plan) options.plan = parse_plan_override(*plan, "plan");
     runner_ = std::make_unique<MoeRunner>(config_, data.view(), options);
     if (runner_->on_gpu()) workspace_ = DeviceBuffer(std::max<size_t>(runner_->workspace_bytes(), 1));
   }
@@ -258,9 +261,9 @@ NB_MODULE(_mxmoe, m) {
   nb::class_<Layer>(m, "Layer", "One MoE layer's weights, uploaded once, and its runner.")
       .def(nb::init<const MoeConfig&, const python::Array&, const python::Array&, std::optional<python::Array>,
                     const python::Array&, const python::Array&, std::optional<python::Array>, const std::string&,
-                    int64_t>(),
+                    int64_t, const std::optional<std::string>&>(),
            "config"_a, "w1_blocks"_a, "w1_scales"_a, "w1_bias"_a.none(), "w2_blocks"_a, "w2_scales"_a,
-           "w2_bias"_a.none(), "backend"_a = "auto", "max_tokens"_a = 4096)
+           "w2_bias"_a.none(), "backend"_a = "auto", "max_tokens"_a = 4096, "plan"_a.none() = nb::none())
       .def("forward", &Layer::forward, "hidden"_a.noconvert(), "router_logits"_a.noconvert(), "out"_a.noconvert(),
            "stream"_a = 0)
       .def_prop_ro("backend", &Layer::backend)

@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <utility>
 
-#include "moe/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 
 namespace mxmoe {
 

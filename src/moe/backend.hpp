@@ -23,7 +23,9 @@ class BackendImpl {
 };
 
 std::unique_ptr<BackendImpl> make_reference_backend(const MoeConfig& config, const MoeWeights& weights);
-// GPU backends (src/moe/gpu_backend.cpp): uploads the weights in the layout the kernels stream.
-std::unique_ptr<BackendImpl> make_gpu_backend(Backend backend, const MoeConfig& config, const MoeWeights& weights);
+// GPU backends (src/moe/gpu_backend.cpp): uploads the weights in the layout the kernels stream, and
+// plans for this device with the options' plan override, tune table and plan log.
+std::unique_ptr<BackendImpl> make_gpu_backend(Backend backend, const MoeConfig& config, const MoeWeights& weights,
+                                              const RunnerOptions& options);
 
 }  // namespace mxmoe

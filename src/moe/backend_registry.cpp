@@ -1,8 +1,7 @@
-// Backend names, MXMOE_BACKEND, and the resolution of Backend::Auto.
+// Backend names and the resolution of Backend::Auto (MXMOE_BACKEND: environment.cpp).
 #include <algorithm>
 #include <array>
 #include <cctype>
-#include <cstdlib>
 #include <string>
 
 #include "mxmoe/device.hpp"
@@ -62,16 +61,6 @@ Backend parse_backend(std::string_view name) {
 bool backend_on_gpu(Backend backend) { return backend != Backend::Reference; }
 
 bool backend_uses_mxfp8(Backend backend) { return backend == Backend::MxEmulated || backend == Backend::Mx; }
-
-std::optional<Backend> backend_from_env() {
-  const char* env = std::getenv("MXMOE_BACKEND");
-  if (env == nullptr || *env == '\0') return std::nullopt;
-  try {
-    return parse_backend(env);
-  } catch (const Error& e) {
-    detail::throw_error("MXMOE_BACKEND: ", e.what());
-  }
-}
 
 Backend resolve_backend(const RunnerOptions& options) {
   Backend backend = options.backend;

@@ -39,10 +39,4 @@ HostBytes pack_gemv_experts(std::span<const uint8_t> blocks, std::span<const uin
                       [&](const uint8_t* b, const uint8_t* s, uint8_t* o) { gemv::pack_expert(b, s, shape, swiglu_pairs, o); });
 }
 
-HostBytes pack_slice_experts(std::span<const uint8_t> blocks, std::span<const uint8_t> scales, int experts,
-                             const gemv::SliceShape& shape, unsigned threads) {
-  return pack_experts(blocks, scales, experts, shape.rows, shape.kblocks, shape.bytes(), threads,
-                      [&](const uint8_t* b, const uint8_t* s, uint8_t* o) { gemv::pack_expert_slices(b, s, shape, o); });
-}
-
 }  // namespace mxmoe

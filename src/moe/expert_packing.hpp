@@ -7,7 +7,6 @@
 #include <span>
 
 #include "kernels/gemv/gemv_layout.hpp"
-#include "kernels/gemv/slice_layout.hpp"
 
 namespace mxmoe {
 
@@ -20,9 +19,5 @@ struct HostBytes {
 // (gemv_layout.hpp), experts shape.bytes() apart. `threads`: parallel_for's (0: every core).
 HostBytes pack_gemv_experts(std::span<const uint8_t> blocks, std::span<const uint8_t> scales, int experts,
                             const gemv::PackedShape& shape, bool swiglu_pairs, unsigned threads = 0);
-
-// The same in the fused decode path's slice layout (slice_layout.hpp).
-HostBytes pack_slice_experts(std::span<const uint8_t> blocks, std::span<const uint8_t> scales, int experts,
-                             const gemv::SliceShape& shape, unsigned threads = 0);
 
 }  // namespace mxmoe

@@ -33,9 +33,10 @@ MoeRunner::MoeRunner(const MoeConfig& config, const MoeWeights& weights, const R
   }
   MXMOE_REQUIRE(options.max_tokens >= 0 && options.max_tokens <= (int64_t{1} << 24),
                 "max_tokens: expected 0..16777216, got ", options.max_tokens);
-  backend_ = resolve_backend(options);
+  const RunnerOptions resolved = with_environment(options);
+  backend_ = resolve_backend(resolved);
   impl_ = backend_ == Backend::Reference ? make_reference_backend(config_, weights)
-                                         : make_gpu_backend(backend_, config_, weights);
+                                         : make_gpu_backend(backend_, config_, weights, resolved);
 }
 
 MoeRunner::~MoeRunner() = default;

@@ -21,7 +21,7 @@ namespace mxmoe {
 struct TunePlan {
   double max_rows_per_expert = 0;  // this plan serves rows per expert <= this (the last: any)
   bool mma = false;                // the tensor-core family, else the GEMV family
-  int m_tiles = 4;                 // tensor-core m16 tiles per block: 1, 2 or 4, or 8 (the 128-row tile)
+  int m_tiles = 4;                 // tensor-core m16 tiles per block: 1, 2, 4 or 8 (8: swap-AB or wgmma only)
   bool swap_ab = false;            // the swap-AB form of the tile (any m_tiles; absent in a table: false)
   bool wgmma = false;              // Hopper's wgmma tile (m_tiles 2, 4 or 8; absent: false; not with swap_ab)
   int batch_rows = 8;              // GEMV rows per weight pass: 8 or 16 (absent in a table: 8)

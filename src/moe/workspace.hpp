@@ -7,7 +7,6 @@
 #include <cstdint>
 
 #include "kernels/gemv/gemv.hpp"
-#include "kernels/gemv/stream.hpp"
 #include "kernels/sm90/chunk_order.hpp"
 #include "mxmoe/config.hpp"
 #include "routing/routing.hpp"
@@ -18,12 +17,7 @@ struct BoundWorkspace {
   routing::RoutingBuffers routing;
   void* intermediate;      // [T*k, I] bf16 (fp32 for the MX backends)
   float* expert_rows;      // [T*k, H] fp32 (bf16 from the swap-AB and wgmma tiles), already times the routing weight
-  // The fused decode path (kernels/gemv/decode.hpp), when the backend asks for it:
-  float* decode_partials;  // decode_floats fp32
-  int32_t* pair_slot;      // [T*k]
-  int32_t* slot_expert;    // [min(E, T*k)]
   int32_t* combine_counters;  // [gemv::combine_counters_needed(H)] the combine in GEMM2
-  int32_t* stream_counters;   // [gemv::stream_counter_count(H)] the streamed decode kernel
   // The MX backends: GEMM1's MXFP8 input (the expand's output, routing/expand.hpp; reused for GEMM2's
   // when a second expand quantises the intermediate) and GEMM2's, written by GEMM1's MXFP8 epilogue.
   uint8_t* mx_codes;
@@ -44,16 +38,14 @@ struct MxBufferBytes {
 };
 
 struct WorkspaceLayout {
-  size_t stream_counters = 0, expert_ids = 0, pair_weights = 0, expert_offsets = 0, active_experts = 0, active_count = 0, row_pair = 0,
-         pair_row = 0, segment_counts = 0, intermediate = 0, expert_rows = 0, decode_partials = 0, pair_slot = 0,
-         slot_expert = 0, combine_counters = 0, mx_codes = 0, mx_scales = 0, mx_codes2 = 0, mx_scales2 = 0,
-         permuted_hidden = 0, expert_done = 0, total = 0;
+  size_t expert_ids = 0, pair_weights = 0, expert_offsets = 0, active_experts = 0, active_count = 0, row_pair = 0,
+         pair_row = 0, segment_counts = 0, intermediate = 0, expert_rows = 0, combine_counters = 0, mx_codes = 0,
+         mx_scales = 0, mx_codes2 = 0, mx_scales2 = 0, permuted_hidden = 0, expert_done = 0, total = 0;
 
-  // decode_floats: the fused decode path's partial sums for this T (0 when it is not used);
   // mx: the MX backends' MXFP8 buffers (0 otherwise); permute_hidden: room for the swap-AB tiles'
   // permuted copy of the hidden states and for the wgmma tiles' inputs (the tokens expanded to their
   // sorted rows, and the intermediate, rows padded to whole chunks of K).
-  WorkspaceLayout(const MoeConfig& config, int64_t tokens, size_t decode_floats = 0, const MxBufferBytes& mx = {},
+  WorkspaceLayout(const MoeConfig& config, int64_t tokens, const MxBufferBytes& mx = {},
                   size_t intermediate_elem_bytes = 2, bool permute_hidden = false) {
     const auto pairs = static_cast<size_t>(tokens * config.top_k);
     const auto experts = static_cast<size_t>(config.num_experts);
@@ -76,11 +68,7 @@ struct WorkspaceLayout {
     intermediate = take(pairs * pad(config.intermediate) * intermediate_elem_bytes);
     // permute_hidden: it also holds the wgmma tiles' expanded GEMM1 input (bf16, rows padded) first.
     expert_rows = take(pairs * std::max(static_cast<size_t>(config.hidden) * 4, pad(config.hidden) * 2));
-    decode_partials = take(decode_floats * 4);
-    pair_slot = take(pairs * 4);
-    slot_expert = take(pairs * 4);
     combine_counters = take(static_cast<size_t>(gemv::combine_counters_needed(config.hidden)) * 4);
-    stream_counters = take(static_cast<size_t>(gemv::stream_counter_count(config.hidden)) * 4);
     mx_codes = take(mx.codes);
     mx_scales = take(mx.scales);
     mx_codes2 = take(mx.codes2);
@@ -103,11 +91,7 @@ struct WorkspaceLayout {
     w.routing.segment_counts = reinterpret_cast<int32_t*>(b + segment_counts);
     w.intermediate = b + intermediate;
     w.expert_rows = reinterpret_cast<float*>(b + expert_rows);
-    w.decode_partials = reinterpret_cast<float*>(b + decode_partials);
-    w.pair_slot = reinterpret_cast<int32_t*>(b + pair_slot);
-    w.slot_expert = reinterpret_cast<int32_t*>(b + slot_expert);
     w.combine_counters = reinterpret_cast<int32_t*>(b + combine_counters);
-    w.stream_counters = reinterpret_cast<int32_t*>(b + stream_counters);
     w.mx_codes = b + mx_codes;
     w.mx_scales = b + mx_scales;
     w.mx_codes2 = b + mx_codes2;

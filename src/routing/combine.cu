@@ -4,7 +4,7 @@
 
 #include "kernels/common/bf16_pack.cuh"
 #include "kernels/common/pdl_launch.cuh"
-#include "moe/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 #include "routing/routing.hpp"
 
 namespace mxmoe::routing {

@@ -2,7 +2,7 @@
 // (row, 32-element block). The quantisation is the CPU reference's bit for bit (common/mxfp8_quant.cuh).
 #include "kernels/common/mxfp8_quant.cuh"
 #include "kernels/common/pdl_launch.cuh"
-#include "moe/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 #include "mxmoe/scale_layout.hpp"
 #include "routing/expand.hpp"
 #include "routing/m_tiles.cuh"

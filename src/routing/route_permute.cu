@@ -7,7 +7,7 @@
 #include <climits>
 
 #include "kernels/common/pdl_launch.cuh"
-#include "moe/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 #include "routing/routing.hpp"
 #include "routing/warp_topk.cuh"
 

@@ -72,8 +72,7 @@ __device__ __forceinline__ void warp_topk(const float (&raw)[kMaxPerLane], int e
 // The routing of one token by one warp, from its logits as load_logits leaves them: its top_k experts
 // (slot order: descending logit) and their weights, top-k then softmax or softmax over all E then
 // top-k (optionally renormalised). On return, lane s < top_k holds slot s: my_id and my_weight. The
-// route kernel, the GEMV blocks' own routing and the fused decode kernel all call this, so they agree
-// bit for bit.
+// route kernel and the GEMV blocks' own routing both call this, so they agree bit for bit.
 __device__ __forceinline__ void warp_route_logits(const float (&raw)[kMaxPerLane], int experts, int top_k,
                                                   bool softmax_first, bool renormalize, int lane, int& my_id,
                                                   float& my_weight) {

@@ -240,6 +240,24 @@ TEST_F(CliTest, BenchBadTimingOptionsAreUsageErrors) {
   }
 }
 
+// The planner for a named target runs on any machine; an SM12x target gets no wgmma tile and no cluster.
+TEST_F(CliTest, PlanForATargetNeedsNoGpuAndNamesOnlyItsTiles) {
+  const CliResult gb10 = run("plan --target gb10 --tokens 1,4096");
+  ASSERT_EQ(gb10.exit_code, 0) << gb10.err;
+  EXPECT_NE(gb10.out.find("T = 1: gemv"), std::string::npos) << gb10.out;
+  EXPECT_NE(gb10.out.find("T = 4096: mma bf16 swap-AB"), std::string::npos) << gb10.out;
+  const size_t plans = gb10.out.find("T = 1:");
+  EXPECT_EQ(gb10.out.find("wgmma", plans), std::string::npos) << gb10.out;
+  EXPECT_EQ(gb10.out.find("cluster", plans), std::string::npos) << gb10.out;
+  const CliResult h100 = run("plan --target h100 --tokens 4096");
+  ASSERT_EQ(h100.exit_code, 0) << h100.err;
+  EXPECT_NE(h100.out.find("T = 4096: wgmma bf16"), std::string::npos) << h100.out;
+  EXPECT_CLEAN_ERROR(run("plan --target a100"), 2);
+  const CliResult forced = run("plan --target gb10 --plan mma=wgmma64");
+  EXPECT_CLEAN_ERROR(forced, 1);
+  EXPECT_NE(forced.err.find("mma=wgmma64"), std::string::npos) << forced.err;
+}
+
 TEST_F(CliTest, ProbeText) {
   const CliResult r = run("probe");
   EXPECT_EQ(r.exit_code, 0) << r.err;

@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "kernels/gemv/gemv_layout.hpp"
-#include "kernels/gemv/slice_layout.hpp"
 #include "moe/expert_packing.hpp"
 #include "moe/parallel_for.hpp"
 #include "mxmoe/error.hpp"
@@ -81,22 +80,6 @@ TEST(ExpertPacking, ParallelGemvLayoutEqualsEachExpertPackedAlone) {
       EXPECT_TRUE(std::equal(want.begin(), want.end(), got.data.get())) << "threads " << threads;
     }
   }
-}
-
-TEST(ExpertPacking, ParallelSliceLayoutEqualsEachExpertPackedAlone) {
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  const int experts = 5, rows = 32, kblocks = 5;
-  const Checkpoint c = random_checkpoint(experts, rows, kblocks, seed);
-  const gemv::SliceShape shape = gemv::slice_shape(rows, kblocks);
-  const auto expert_bytes = static_cast<size_t>(shape.bytes());
-  std::vector<uint8_t> want(expert_bytes * experts, 0x5A);
-  for (int e = 0; e < experts; ++e)
-    gemv::pack_expert_slices(c.blocks.data() + e * rows * kblocks * 16, c.scales.data() + e * rows * kblocks, shape,
-                             want.data() + e * expert_bytes);
-  const HostBytes got = pack_slice_experts(c.blocks, c.scales, experts, shape, 3);
-  ASSERT_EQ(got.size, want.size());
-  EXPECT_TRUE(std::equal(want.begin(), want.end(), got.data.get()));
 }
 
 TEST(ExpertPacking, WrongSizesAreErrorsNamingTheTensor) {

@@ -11,7 +11,6 @@
 #include "kernels/common/mx_decode.cuh"
 #include "kernels/gemv/gemv.hpp"
 #include "kernels/gemv/gemv_layout.hpp"
-#include "kernels/gemv/slice_layout.hpp"
 #include "mxmoe/error.hpp"
 #include "mxmoe/formats.hpp"
 #include "test_support.hpp"
@@ -239,62 +238,6 @@ TEST(MxDecode, ScaleMultipliers) {
     ASSERT_EQ(b, std::ldexp(1.0f, static_cast<int>(s) - 128)) << s;
   }
   EXPECT_TRUE(std::isnan(bf16_bits_to_float(kernels::scale_multiplier(0xFF) & 0xFFFFu)));
-}
-
-// The decode path's GEMM2 layout: each lane's two words, decoded, must be the m16n8k16 A fragment
-// of its record's tile and K block (fragment mapping from the PTX ISA, written here independently of
-// slice_nibble_offset), and every byte of the expert must be read.
-TEST(SliceLayout, EveryNibbleLandsInItsMmaFragment) {
-  for (const auto [rows, kblocks] : {std::pair<int64_t, int64_t>{16, 1}, {48, 3}, {2880 / 10, 7}}) {
-    const uint64_t seed = fresh_seed();
-    SCOPED_TRACE("rows " + std::to_string(rows) + " kblocks " + std::to_string(kblocks) + " seed " + std::to_string(seed));
-    std::mt19937_64 rng(seed);
-    std::vector<uint8_t> blocks(static_cast<size_t>(rows * kblocks * 16)), scales(static_cast<size_t>(rows * kblocks));
-    for (auto& b : blocks) b = static_cast<uint8_t>(rng());
-    for (auto& s : scales) s = static_cast<uint8_t>(rng() % 255);
-    const SliceShape shape = slice_shape(rows, kblocks);
-    ASSERT_EQ(shape.bytes(), kblocks * (rows / 16) * 272);
-    std::vector<uint8_t> packed(static_cast<size_t>(shape.bytes()), 0xAB);
-    pack_expert_slices(blocks.data(), scales.data(), shape, packed.data());
-    auto nibble_of = [&](int64_t row, int64_t k) {
-      return (blocks[static_cast<size_t>((row * kblocks + k / 32) * 16 + (k % 32) / 2)] >> (4 * (k % 2))) & 0xF;
-    };
-    std::vector<bool> covered(packed.size(), false);
-    for (int64_t f = 0; f < kblocks; ++f)
-      for (int64_t tile = 0; tile < rows / 16; ++tile) {
-        const int64_t record = (f * (rows / 16) + tile) * 272;
-        for (int lane = 0; lane < 32; ++lane) {
-          const int g = lane / 4, q = lane % 4;
-          for (int step = 0; step < 2; ++step) {
-            uint32_t word = 0;
-            std::memcpy(&word, &packed[static_cast<size_t>(record + lane * 8 + step * 4)], 4);
-            word = kernels::unpack_e2m1x8(word);
-            for (int i = 0; i < 4; ++i) covered[static_cast<size_t>(record + lane * 8 + step * 4 + i)] = true;
-            // decode_e2m1x8 output j holds elements (3 - j, 7 - j); fragment register a_j of the
-            // m16n8k16 A operand holds (row g + 8 (j % 2), k 2q + 8 (j / 2) and the next one).
-            for (int j = 0; j < 4; ++j)
-              for (int h = 0; h < 2; ++h) {
-                const int element = (3 - j) + 4 * h;
-                const int64_t row = tile * 16 + g + 8 * (j % 2);
-                const int64_t k = f * 32 + step * 16 + 2 * q + h + 8 * (j / 2);
-                ASSERT_EQ((word >> (4 * element)) & 0xF, static_cast<uint32_t>(nibble_of(row, k)))
-                    << "block " << f << " tile " << tile << " lane " << lane << " step " << step << " a" << j;
-              }
-          }
-          for (int half = 0; half < 2; ++half) {
-            const int64_t at = record + 256 + 2 * g + half;
-            covered[static_cast<size_t>(at)] = true;
-            ASSERT_EQ(packed[static_cast<size_t>(at)], scales[static_cast<size_t>((tile * 16 + g + 8 * half) * kblocks + f)]);
-          }
-        }
-      }
-    for (size_t i = 0; i < covered.size(); ++i) ASSERT_TRUE(covered[i]) << "byte " << i << " is not read by any lane";
-  }
-}
-
-TEST(SliceLayout, RejectsBadShapes) {
-  EXPECT_THROW(slice_shape(24, 2), Error);
-  EXPECT_THROW(slice_shape(32, 0), Error);
 }
 
 }  // namespace

@@ -1,29 +1,260 @@
-// The tensor-core family's tile rule (mma::tile_for), which the GPU planner follows without a tune
-// table: it must only name tiles this build has, and its tiles must grow with the rows per expert.
+// The planner (src/plan/) on the CPU, for every named target: the plan of every batch size from 0 to
+// 65,536 is valid for the target (its shared memory, its features, the build's tiles), deterministic,
+// and follows the measured preferences; forced values are checked; a tune table overrides the tiles.
 #include <gtest/gtest.h>
 
-#include "kernels/mma/mma_gemm.hpp"
+#include <set>
+#include <string>
+#include <vector>
 
-namespace mxmoe::mma {
+#include "kernels/gemv/gemv.hpp"
+#include "kernels/mma/mma_gemm.hpp"
+#include "kernels/mma/mx_gemm.hpp"
+#include "kernels/sm90/wgmma_gemm.hpp"
+#include "moe/tune_table.hpp"
+#include "mxmoe/config.hpp"
+#include "mxmoe/error.hpp"
+#include "plan/planner.hpp"
+#include "test_support.hpp"
+
+namespace mxmoe::plan {
 namespace {
 
-TEST(MmaPlanner, NamesOnlyBuiltTilesThatGrowWithTheRows) {
-  int previous_rows = 0;
-  for (double rows = 0.5; rows <= 4096; rows *= 1.25) {
-    SCOPED_TRACE("rows per expert " + std::to_string(rows));
-    const MmaTile tile = tile_for(rows);
-    EXPECT_TRUE(tile_supported(tile)) << "m_tiles " << tile.m_tiles << (tile.swap_ab ? " swap-AB" : "");
-    EXPECT_GE(block_m(tile.m_tiles), previous_rows) << "a smaller tile for more rows";
-    previous_rows = block_m(tile.m_tiles);
+std::vector<int64_t> all_token_counts() {
+  std::vector<int64_t> out;
+  for (int64_t t = 0; t <= 130; ++t) out.push_back(t);
+  for (int64_t t = 131; t <= 65536; t = t * 9 / 8 + 7) out.push_back(t);
+  out.push_back(1000), out.push_back(4096), out.push_back(65536);
+  return out;
+}
+
+PlannerInput input_for(const std::string& target, const MoeConfig& config, Backend backend = Backend::Auto) {
+  PlannerInput in;
+  in.caps = target_caps(target);
+  in.fits = fits_for_caps(in.caps);
+  in.config = config;
+  in.backend = backend;
+  return in;
+}
+
+std::vector<MoeConfig> shapes() {
+  return {MoeConfig::preset("gpt-oss-20b"), MoeConfig::preset("gpt-oss-120b"), test::make_config(7, 3, 96, 160)};
+}
+
+// The bytes of shared memory the plan's kernels ask for, next to the static allowance.
+size_t dynamic_smem(const Plan& p, const MoeConfig& c) {
+  switch (p.family) {
+    case Family::Gemv: {
+      const int k = std::max(c.hidden, c.intermediate);
+      return p.batch_rows == 8 ? gemv::smem_bytes(k, p.stages) : 0;  // the 16-row batch: wide_batch_fits
+    }
+    case Family::Mma: return p.swap_ab ? mma::swap_smem_bytes(p.m_tiles) : mma::smem_bytes(p.m_tiles);
+    case Family::Wgmma: return sm90::wgmma_smem_bytes(mma::block_m(p.m_tiles));
+    case Family::Mx: return mma::mx_smem_bytes();
+  }
+  return 0;
+}
+
+void expect_valid(const Plan& p, const DeviceCaps& caps, const MoeConfig& c, int64_t t) {
+  EXPECT_EQ(p.tokens, t);
+  EXPECT_EQ(p.max_active, std::min<int64_t>(c.num_experts, t * c.top_k));
+  const size_t allowance = p.family == Family::Gemv ? kStaticSmemAllowance : kTileStaticSmemAllowance;
+  EXPECT_LE(dynamic_smem(p, c) + allowance, caps.smem_per_block) << "shared memory";
+  if (p.family == Family::Wgmma) {
+    EXPECT_TRUE(caps.wgmma) << "a wgmma tile on a device without wgmma";
+    EXPECT_TRUE(sm90::wgmma_rows_supported(mma::block_m(p.m_tiles)));
+  }
+  if (p.family == Family::Mma) EXPECT_TRUE(mma::tile_supported({p.m_tiles, p.swap_ab})) << "a tile not built";
+  if (p.family == Family::Gemv) {
+    EXPECT_TRUE(gemv::stages_built(p.stages));
+    EXPECT_TRUE(gemv::batch_rows_built(p.batch_rows));
+    if (p.batch_rows == gemv::kWideBatchRows) {
+      EXPECT_TRUE(gemv::wide_batch_fits(c.hidden, caps.smem_per_block, caps.gemv_static_smem));
+      EXPECT_TRUE(gemv::wide_batch_fits(c.intermediate, caps.smem_per_block, caps.gemv_static_smem));
+      EXPECT_EQ(p.ksplit1, 1);
+      EXPECT_EQ(p.ksplit2, 1);
+    }
+    for (const int k : {p.ksplit1, p.ksplit2}) EXPECT_TRUE(k == 1 || k == 2 || k == 4 || k == 8) << k;
+    if (p.cluster_combine) {
+      EXPECT_TRUE(caps.clusters) << "a cluster launch on a device without clusters";
+      EXPECT_TRUE(p.local_route && p.fused_combine);
+      EXPECT_LE(t * c.top_k, gemv::kClusterSlots);
+    }
+    if (p.counted) EXPECT_FALSE(p.local_route || p.fused_combine);
   }
 }
 
-TEST(MmaPlanner, SwapTilesExistInEveryFullBuild) {
-  if (!m_tiles_supported(1)) GTEST_SKIP() << "the minimal profile has one tile and no swap-AB form";
-  for (const int m_tiles : {1, 2, 4, 8}) EXPECT_TRUE(swap_supported(m_tiles)) << m_tiles;
-  EXPECT_FALSE(swap_supported(3));
-  EXPECT_FALSE(swap_supported(16));
+TEST(Planner, EveryTargetAndBatchSizeGetsAValidDeterministicPlan) {
+  for (const std::string& target : target_names())
+    for (const MoeConfig& c : shapes())
+      for (const Backend backend : {Backend::Auto, Backend::Gemv, Backend::Mma}) {
+        SCOPED_TRACE(target + ", E " + std::to_string(c.num_experts) + " H " + std::to_string(c.hidden) + ", " +
+                     to_string(backend));
+        const Planner planner(input_for(target, c, backend));
+        const Planner again(input_for(target, c, backend));
+        const DeviceCaps& caps = planner.input().caps;
+        for (const int64_t t : all_token_counts()) {
+          SCOPED_TRACE("T = " + std::to_string(t));
+          const Plan p = planner.plan(t);
+          expect_valid(p, caps, c, t);
+          ASSERT_EQ(p, planner.plan(t)) << "not deterministic";
+          ASSERT_EQ(p, again.plan(t)) << "another planner of the same input disagrees";
+          ASSERT_FALSE(p.to_string().empty());
+          if (backend == Backend::Gemv) EXPECT_EQ(p.family, Family::Gemv);
+          if (backend == Backend::Mma) EXPECT_NE(p.family, Family::Gemv);
+        }
+      }
+}
+
+TEST(Planner, Sm12xTargetsNeverUseWgmmaOrClustersAndFitTheir99KB) {
+  for (const std::string target : {"rtx5090", "rtxpro6000", "gb10"}) {
+    const DeviceCaps caps = target_caps(target);
+    EXPECT_EQ(caps.smem_per_block, 101376u) << target;
+    EXPECT_FALSE(caps.wgmma || caps.clusters) << target;
+    EXPECT_TRUE(caps.block_scaled_mma) << target;
+    const Planner planner(input_for(target, MoeConfig::preset("gpt-oss-120b")));
+    std::set<std::string> seen;
+    for (const int64_t t : all_token_counts()) {
+      const Plan p = planner.plan(t);
+      EXPECT_NE(p.family, Family::Wgmma) << target << " T = " << t;
+      EXPECT_FALSE(p.cluster_combine) << target << " T = " << t;
+      EXPECT_EQ(p.batch_rows, 8) << "the 16-row batch does not fit 99 KB at K = 2880";
+      seen.insert(p.to_string().substr(0, 12));
+    }
+    EXPECT_GE(seen.size(), 2u) << "GEMV for decode and the tensor-core tiles for larger batches";
+  }
+}
+
+// The defaults the runner had before the planner moved out of it (bit-identical plans on Hopper).
+TEST(Planner, HopperDefaultsAreTheMeasuredRule) {
+  for (const std::string target : {"h100", "h200"}) {
+    SCOPED_TRACE(target);
+    const Planner p120(input_for(target, MoeConfig::preset("gpt-oss-120b")));
+    const Plan t1 = p120.plan(1);
+    EXPECT_EQ(t1.family, Family::Gemv);
+    EXPECT_TRUE(t1.local_route && t1.fused_combine && t1.cluster_combine);
+    const Plan t4 = p120.plan(4);
+    EXPECT_TRUE(t4.counted && !t4.local_route && !t4.fused_combine && !t4.cluster_combine);
+    EXPECT_FALSE(p120.plan(16).counted);
+    const Plan t64 = p120.plan(64);  // 2 rows per expert
+    EXPECT_EQ(t64.family, Family::Mma);
+    EXPECT_TRUE(t64.swap_ab && t64.m_tiles == 1);
+    if (!sm90::wgmma_in_build()) GTEST_SKIP() << "this build has no wgmma tiles";
+    EXPECT_EQ(p120.plan(448).family, Family::Wgmma);  // 14 rows
+    EXPECT_EQ(p120.plan(448).m_tiles, 2);
+    EXPECT_EQ(p120.plan(1024).m_tiles, 4);  // 32 rows
+    EXPECT_EQ(p120.plan(4096).m_tiles, 8);  // 128 rows
+    PlannerInput off = input_for(target, MoeConfig::preset("gpt-oss-120b"));
+    off.force.wgmma = false;
+    const Plan swap = Planner(off).plan(4096);
+    EXPECT_EQ(swap.family, Family::Mma);
+    EXPECT_TRUE(swap.swap_ab && swap.m_tiles == 4);
+    EXPECT_EQ(Planner(input_for(target, MoeConfig::preset("gpt-oss-20b"), Backend::Gemv)).plan(64).batch_rows, 16);
+  }
+}
+
+// The GEMV split-K for gpt-oss's shapes on a 132-SM Hopper: the splits that measured best on an H200
+// (docs/perf/gemv.md, "Split-K"). GEMM1 has 360 16-row tiles (2 x 2880 rows), GEMM2 180, K = 2880 is 23
+// chunks; max_active = min(E, T * 4) at T = 1 .. 4.
+TEST(Planner, GemvSplitKOfGptOssOnA132SmHopper) {
+  struct Case {
+    int tiles, max_active, want;
+  };
+  const Case cases[] = {{360, 4, 2},  {180, 4, 4},  {360, 8, 1},  {180, 8, 2},
+                        {360, 12, 1}, {180, 12, 2}, {360, 16, 1}, {180, 16, 1}};
+  for (const std::string target : {"h100", "h200"})
+    for (const Case& c : cases)
+      EXPECT_EQ(choose_gemv_ksplit(target_caps(target), c.tiles, 23, c.max_active), c.want)
+          << target << ", tiles " << c.tiles << ", max_active " << c.max_active;
+  // A 48-SM GB10 (2 resident blocks per SM) fills its SMs with fewer splits.
+  EXPECT_LE(choose_gemv_ksplit(target_caps("gb10"), 180, 23, 4), choose_gemv_ksplit(target_caps("h100"), 180, 23, 4));
+}
+
+TEST(Planner, ForcedValuesAreCheckedAgainstTheTarget) {
+  const MoeConfig c = MoeConfig::preset("gpt-oss-120b");
+  PlannerInput in = input_for("gb10", c);
+  in.force = parse_plan_override("mma=wgmma64", "MXMOE_PLAN");
+  test::expect_error_naming([&] { Planner{in}; }, "mma=wgmma64");
+  in.force = parse_plan_override("batch=16", "MXMOE_PLAN");
+  test::expect_error_naming([&] { Planner{in}; }, "batch=16");
+  in = input_for("h100", c);
+  in.force = parse_plan_override("mma=wgmma64,wgmma=0", "MXMOE_PLAN");
+  if (sm90::wgmma_in_build()) test::expect_error_naming([&] { Planner{in}; }, "contradicts wgmma=0");
+  in = input_for("h100", c, Backend::Mx);
+  test::expect_error_naming([&] { Planner{in}; }, "SM120/SM121");
+  in = input_for("gb10", c, Backend::Mx);
+  EXPECT_EQ(Planner(in).plan(5).family, Family::Mx);
+  EXPECT_TRUE(Planner(in).plan(5).mx_native);
+}
+
+TEST(Planner, ForcedTilesAndGemvKnobsAreWhatThePlanSays) {
+  const MoeConfig c = MoeConfig::preset("gpt-oss-20b");
+  PlannerInput in = input_for("h200", c, Backend::Mma);
+  in.force = parse_plan_override("mma=swap32", "test");
+  const Plan p = Planner(in).plan(3);
+  EXPECT_EQ(p.family, Family::Mma);
+  EXPECT_TRUE(p.swap_ab && p.m_tiles == 2);
+  in = input_for("h200", c, Backend::Gemv);
+  in.force = parse_plan_override("ksplit=4,counted=1,local_route=0,fused_combine=0,stages=3", "test");
+  if (!gemv::stages_built(3)) GTEST_SKIP() << "the minimal profile has one ring depth";
+  const Plan g = Planner(in).plan(32);
+  EXPECT_EQ(g.ksplit1, 4);
+  EXPECT_EQ(g.ksplit2, 4);
+  EXPECT_EQ(g.stages, 3);
+  EXPECT_TRUE(g.counted && !g.local_route && !g.fused_combine);
+  EXPECT_EQ(g.batch_rows, 8) << "the 16-row batch runs the default ring only";
+}
+
+TEST(Planner, AMatchingTuneTableOverridesThePreferencesAndAnotherIsIgnored) {
+  const MoeConfig c = MoeConfig::preset("gpt-oss-120b");
+  PlannerInput in = input_for("h100", c);
+  TuneTable table;
+  table.device = in.caps.name;
+  table.compute_capability = "9.0";
+  table.experts = c.num_experts, table.top_k = c.top_k, table.hidden = c.hidden, table.intermediate = c.intermediate;
+  TunePlan gemv;
+  gemv.max_rows_per_expert = 1.5;
+  TunePlan tile;
+  tile.mma = true, tile.m_tiles = 2;  // the 32-row plain tile from 1.5 rows per expert on
+  table.plans = {gemv, tile};
+  in.tune = table;
+  const Planner tuned(in);
+  EXPECT_EQ(tuned.plan(1).family, Family::Gemv);
+  const Plan p = tuned.plan(64);
+  EXPECT_EQ(p.family, Family::Mma);
+  EXPECT_TRUE(!p.swap_ab && p.m_tiles == 2 && p.from_tune_table);
+  EXPECT_NE(p.to_string().find("mma bf16 32x256x128 tiles, both gemms (tune table)"), std::string::npos) << p.to_string();
+  table.device = "NVIDIA Some Other GPU";
+  in.tune = table;
+  const Planner ignored(in);
+  EXPECT_FALSE(ignored.plan(64).from_tune_table);
+  EXPECT_EQ(ignored.plan(64), Planner(input_for("h100", c)).plan(64));
+}
+
+TEST(PlanOverride, StringFormRoundTripsAndErrorsListTheValidValues) {
+  const PlanOverride o = parse_plan_override(" mma=wgmma128 , ksplit=2,batch=16,stages=3,counted=0,local_route=4,"
+                                             "fused_combine=8,cluster_combine=0,mx_expand=1,wgmma=1");
+  ASSERT_TRUE(o.mma_tile.has_value());
+  EXPECT_EQ(o.mma_tile->rows, 128);
+  EXPECT_EQ(o.mma_tile->form, MmaForm::Wgmma);
+  EXPECT_EQ(*o.gemv_ksplit, 2);
+  EXPECT_EQ(parse_plan_override(to_string(o)), o);
+  EXPECT_TRUE(parse_plan_override("").empty());
+  test::expect_error_naming([] { parse_plan_override("ksplit=3", "MXMOE_PLAN"); }, "ksplit takes one of 1, 2, 4, 8");
+  test::expect_error_naming([] { parse_plan_override("mma=swap8", "MXMOE_PLAN"); }, "mma takes one of 16, 32");
+  test::expect_error_naming([] { parse_plan_override("tile=16", "MXMOE_PLAN"); }, "unknown key 'tile'");
+  test::expect_error_naming([] { parse_plan_override("ksplit", "MXMOE_PLAN"); }, "MXMOE_PLAN: 'ksplit' is not key=value");
+  test::expect_error_naming([] { parse_plan_override("fused_combine=9", "MXMOE_PLAN"); }, "fused_combine takes 0 to 8");
+}
+
+TEST(Targets, AreDataAndAnUnknownNameListsThem) {
+  EXPECT_EQ(target_names(), (std::vector<std::string>{"h100", "h200", "rtx5090", "rtxpro6000", "gb10"}));
+  EXPECT_EQ(target_caps("gb10").sm_count, 48);
+  EXPECT_EQ(target_caps("rtx5090").sm_count, 170);
+  EXPECT_EQ(target_caps("h200").sm_count, 132);
+  EXPECT_TRUE(target_caps("h100").wgmma);
+  test::expect_error_naming([] { target_caps("a100"); }, "valid targets are: h100, h200, rtx5090, rtxpro6000, gb10");
 }
 
 }  // namespace
-}  // namespace mxmoe::mma
+}  // namespace mxmoe::plan

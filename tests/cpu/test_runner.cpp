@@ -125,5 +125,29 @@ TEST(Runner, BackendNamesAndEnvironment) {
     }
 }
 
+// The one environment reader: MXMOE_PLAN fills an empty override (never replaces a given one),
+// MXMOE_TUNE_FILE an empty path, MXMOE_LOG=plan turns the log on; bad values name the variable.
+TEST(Runner, EnvironmentBecomesOptions) {
+  RunnerOptions given;
+  given.plan = parse_plan_override("ksplit=2");
+  ASSERT_EQ(setenv("MXMOE_PLAN", "mma=swap32, stages=3", 1), 0);
+  ASSERT_EQ(setenv("MXMOE_TUNE_FILE", "/tmp/table.json", 1), 0);
+  ASSERT_EQ(setenv("MXMOE_LOG", "plan", 1), 0);
+  const RunnerOptions from_env = with_environment(RunnerOptions{});
+  EXPECT_EQ(from_env.plan, parse_plan_override("mma=swap32,stages=3"));
+  EXPECT_EQ(from_env.tune_file, "/tmp/table.json");
+  EXPECT_TRUE(from_env.log_plan);
+  EXPECT_EQ(with_environment(given).plan, given.plan);
+  ASSERT_EQ(setenv("MXMOE_PLAN", "ksplit=3", 1), 0);
+  expect_error_naming([] { with_environment(RunnerOptions{}); }, "MXMOE_PLAN: ksplit=3 is not valid");
+  ASSERT_EQ(setenv("MXMOE_PLAN", "", 1), 0);
+  ASSERT_EQ(setenv("MXMOE_LOG", "everything", 1), 0);
+  expect_error_naming([] { with_environment(RunnerOptions{}); }, "MXMOE_LOG");
+  unsetenv("MXMOE_PLAN");
+  unsetenv("MXMOE_TUNE_FILE");
+  unsetenv("MXMOE_LOG");
+  EXPECT_EQ(with_environment(RunnerOptions{}).plan, PlanOverride{});
+}
+
 }  // namespace
 }  // namespace mxmoe::test

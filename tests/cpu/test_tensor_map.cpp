@@ -62,12 +62,12 @@ TEST(TensorMap, WorkspaceHoldsTheExpandedInput) {
     cfg.hidden = hidden;
     cfg.intermediate = 64;
     const int64_t tokens = 37;
-    const WorkspaceLayout with(cfg, tokens, 0, {}, 2, true), without(cfg, tokens, 0, {}, 2, false);
+    const WorkspaceLayout with(cfg, tokens, {}, 2, true), without(cfg, tokens, {}, 2, false);
     const size_t pairs = static_cast<size_t>(tokens * cfg.top_k);
-    const size_t with_bytes = with.decode_partials - with.expert_rows;  // the next buffer's start
+    const size_t with_bytes = with.combine_counters - with.expert_rows;  // the next buffer's start
     EXPECT_GE(with_bytes, pairs * static_cast<size_t>(sm90::padded_k(hidden)) * 2) << hidden;
     EXPECT_GE(with_bytes, pairs * static_cast<size_t>(hidden) * 4) << hidden;
-    EXPECT_GE(without.decode_partials - without.expert_rows, pairs * static_cast<size_t>(hidden) * 4) << hidden;
+    EXPECT_GE(without.combine_counters - without.expert_rows, pairs * static_cast<size_t>(hidden) * 4) << hidden;
   }
 }
 

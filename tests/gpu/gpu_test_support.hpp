@@ -7,9 +7,10 @@
 #include <cstdlib>
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
-#include "moe/device_buffer.hpp"
+#include "common/device_buffer.hpp"
 #include "mxmoe/mxmoe.hpp"
 #include "test_support.hpp"
 
@@ -74,16 +75,19 @@ inline ErrorStats compare(const std::vector<uint16_t>& out, const std::vector<do
   return s;
 }
 
-// Options for a runner on a GPU backend (default: the GEMV family), MXMOE_BACKEND ignored.
-inline RunnerOptions gemv_options(int64_t max_tokens, Backend backend = Backend::Gemv) {
+// Options for a runner on a GPU backend (default: the GEMV family), MXMOE_BACKEND ignored; `plan`
+// forces parts of the GPU plan (mxmoe/plan_override.hpp; empty: MXMOE_PLAN's value where it is set).
+inline RunnerOptions gemv_options(int64_t max_tokens, Backend backend = Backend::Gemv, PlanOverride plan = {}) {
   RunnerOptions options;
   options.backend = backend;
   options.max_tokens = max_tokens;
   options.use_env = false;
+  options.plan = std::move(plan);
   return options;
 }
 
-// Sets an environment variable for the lifetime of the object (the runner reads it when built).
+// Sets an environment variable for the lifetime of the object (the runner reads it when built). Plans
+// are forced through RunnerOptions::plan; this is for the test of the environment reader itself.
 class ScopedEnv {
  public:
   ScopedEnv(const char* name, const char* value) : name_(name) { EXPECT_EQ(setenv(name, value, 1), 0); }

@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <fstream>
 #include <initializer_list>
-#include <memory>
 #include <optional>
 #include <cstring>
 #include <tuple>
@@ -177,8 +176,8 @@ std::string describe(const InputCase& c, uint64_t seed) {
          ", I = " + std::to_string(c.intermediate);
 }
 
-// Small T takes other launch sequences: up to MXMOE_LOCAL_ROUTE_TOKENS both GEMMs route the tokens
-// themselves (no route kernel), and up to MXMOE_FUSED_COMBINE_TOKENS GEMM2's last blocks combine (no
+// Small T takes other launch sequences: up to the plan's local_route tokens both GEMMs route the tokens
+// themselves (no route kernel), and up to its fused_combine tokens GEMM2's last blocks combine (no
 // combine kernel). A token's output must not depend on which: with the split-K pinned, T = 1, 2, 3, 4,
 // 5, 8 give the same bits as the first rows of T = 9 (route kernel, combine kernel) on the same tokens,
 // with the routing local up to T = 4 and never, the combine fused up to T = 8 and never;
@@ -195,19 +194,18 @@ TEST(GpuLayerPaths, SmallBatchSequencesGiveTheGeneralPathsBits) {
     SCOPED_TRACE(describe(c, seed));
     const LayerInputs in = make_inputs(c, seed);
     const MoeConfig& cfg = in.cfg;
-    for (const char* ksplit : {"1", "4"})
-    for (const char* fused : {"0", "8"})
-    for (const char* local : {"0", "4"}) {
-      SCOPED_TRACE(std::string("MXMOE_GEMV_KSPLIT=") + ksplit + " MXMOE_FUSED_COMBINE_TOKENS=" + fused +
-                   " MXMOE_LOCAL_ROUTE_TOKENS=" + local);
-      const MoeRunner runner = [&] {
-        const ScopedEnv split("MXMOE_GEMV_KSPLIT", ksplit), combine("MXMOE_FUSED_COMBINE_TOKENS", fused),
-            route("MXMOE_LOCAL_ROUTE_TOKENS", local);
-        return MoeRunner(cfg, in.layer.view(), gemv_options(general));
-      }();
-      EXPECT_EQ(runner.describe_plan(8).find("combine in gemm2") != std::string::npos, std::string(fused) == "8")
+    for (const int ksplit : {1, 4})
+    for (const int fused : {0, 8})
+    for (const int local : {0, 4}) {
+      PlanOverride plan;
+      plan.gemv_ksplit = ksplit;
+      plan.fused_combine_tokens = fused;
+      plan.local_route_tokens = local;
+      SCOPED_TRACE("plan " + to_string(plan));
+      const MoeRunner runner(cfg, in.layer.view(), gemv_options(general, Backend::Gemv, plan));
+      EXPECT_EQ(runner.describe_plan(8).find("combine in gemm2") != std::string::npos, fused == 8)
           << runner.describe_plan(8);
-      EXPECT_EQ(runner.describe_plan(4).find("routed in both gemms") != std::string::npos, std::string(local) == "4")
+      EXPECT_EQ(runner.describe_plan(4).find("routed in both gemms") != std::string::npos, local == 4)
           << runner.describe_plan(4);
       const auto full = run_on_gpu(runner, in.hidden, in.logits, general);
       for (const int64_t t : {1, 2, 3, 4, 5, 8}) {
@@ -225,7 +223,7 @@ TEST(GpuLayerPaths, SmallBatchSequencesGiveTheGeneralPathsBits) {
 }
 
 // GEMM2's combine through a thread-block cluster of the expert slots (T * k <= 4, routed locally:
-// kernels/gemv/cluster_combine.cuh) against the count in L2 (MXMOE_GEMV_CLUSTER_COMBINE=0): the same
+// kernels/gemv/cluster_combine.cuh) against the count in L2 (plan cluster_combine=0): the same
 // rows summed in the same order, so the same bits. Clusters of 4 (gpt-oss's K at T = 1; k = 2 at T = 2,
 // where a slot may hold both tokens), of 3, a cluster with an idle slot (one expert taking every token),
 // wide scales; the cost model's split-K and forced ones; a graph replayed.
@@ -239,15 +237,16 @@ TEST(GpuLayerClusterCombine, GivesTheCountedCombinesBits) {
   for (const InputCase& c : cases) {
     SCOPED_TRACE(describe(c, seed));
     const LayerInputs in = make_inputs(c, seed);
-    for (const char* ksplit : {"model", "1", "8"}) {
-      SCOPED_TRACE(std::string("MXMOE_GEMV_KSPLIT=") + ksplit);
-      const auto make = [&](const char* cluster) {
-        const ScopedEnv on("MXMOE_GEMV_CLUSTER_COMBINE", cluster);
-        std::optional<ScopedEnv> split;
-        if (std::string(ksplit) != "model") split.emplace("MXMOE_GEMV_KSPLIT", ksplit);
-        return MoeRunner(in.cfg, in.layer.view(), gemv_options(c.tokens));
+    const std::optional<int> ksplits[] = {std::nullopt, 1, 8};  // the cost model's, then forced ones
+    for (const std::optional<int>& ksplit : ksplits) {
+      SCOPED_TRACE("ksplit " + (ksplit ? std::to_string(*ksplit) : std::string("of the cost model")));
+      const auto make = [&](bool cluster) {
+        PlanOverride plan;
+        plan.cluster_combine = cluster;
+        plan.gemv_ksplit = ksplit;
+        return MoeRunner(in.cfg, in.layer.view(), gemv_options(c.tokens, Backend::Gemv, plan));
       };
-      const MoeRunner clustered = make("1"), counted = make("0");
+      const MoeRunner clustered = make(true), counted = make(false);
       ASSERT_NE(clustered.describe_plan(c.tokens).find("a cluster of the slots"), std::string::npos)
           << clustered.describe_plan(c.tokens);
       ASSERT_EQ(counted.describe_plan(c.tokens).find("cluster"), std::string::npos) << counted.describe_plan(c.tokens);
@@ -258,43 +257,9 @@ TEST(GpuLayerClusterCombine, GivesTheCountedCombinesBits) {
   }
 }
 
-// The streamed decode kernel (T <= 2, kernels/gemv/stream.hpp, MXMOE_GEMV_STREAM=1) against the
-// per-GEMM kernels (MXMOE_GEMV_STREAM=0): the same tiles, chunk order and sums, so the same bits. Shapes:
-// gpt-oss's, odd K, one expert taking every token (fewer slots than the grid was planned for), E = 256
-// with k = 8 (16 slots), wide scales. The workspace is zeroed, filled with 0xFF or with a byte pattern
-// first, and a graph is replayed three times (each forward clears its counters).
-TEST(GpuLayerStream, GivesThePerGemmKernelsBits) {
-  MXMOE_SKIP_WITHOUT_GPU();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  const InputCase cases[] = {{128, 4, 2880, 2880, 1, false, false}, {128, 4, 2880, 2880, 2, false, false},
-                             {32, 4, 2880, 2880, 2, true, false},   {256, 8, 256, 192, 2, false, false},
-                             {5, 3, 96, 160, 1, false, false},      {16, 4, 384, 256, 2, false, true}};
-  for (const InputCase& c : cases) {
-    SCOPED_TRACE(describe(c, seed));
-    const LayerInputs in = make_inputs(c, seed);
-    const MoeRunner streamed = [&] {
-      const ScopedEnv on("MXMOE_GEMV_STREAM", "1");
-      return MoeRunner(in.cfg, in.layer.view(), gemv_options(c.tokens));
-    }();
-    ASSERT_NE(streamed.describe_plan(c.tokens).find("gemv stream"), std::string::npos)
-        << streamed.describe_plan(c.tokens);
-    const MoeRunner plain = [&] {
-      const ScopedEnv off("MXMOE_GEMV_STREAM", "0");
-      return MoeRunner(in.cfg, in.layer.view(), gemv_options(c.tokens));
-    }();
-    ASSERT_EQ(plain.describe_plan(c.tokens).find("stream"), std::string::npos) << plain.describe_plan(c.tokens);
-    const auto want = run_checked(plain, in, c.tokens);
-    for (const int fill : {0x00, 0xFF, 0x5A}) {
-      SCOPED_TRACE("workspace filled with " + std::to_string(fill));
-      EXPECT_EQ(run_on_gpu(streamed, in.hidden, in.logits, c.tokens, fill), want);
-    }
-    EXPECT_EQ(run_graph_replay(streamed, in.hidden, in.logits, c.tokens), want) << "graph replay";
-  }
-}
-
-// MXMOE_TUNE_FILE: a table for this device and shape steers Auto (here: the 32-row tensor-core tile at
-// every T, even T = 1); a table for another device is ignored; the result still matches the reference.
+// RunnerOptions::tune_file (MXMOE_TUNE_FILE's value where it is empty): a table for this device and
+// shape steers Auto (here: the 32-row tensor-core tile at every T, even T = 1); a table for another
+// device is ignored; the result still matches the reference.
 TEST(GpuLayerTune, AutoFollowsATableForThisDeviceOnly) {
   MXMOE_SKIP_WITHOUT_GPU();
   const uint64_t seed = fresh_seed();
@@ -314,8 +279,9 @@ TEST(GpuLayerTune, AutoFollowsATableForThisDeviceOnly) {
   };
   auto runner_with_table_for = [&](const std::string& device_name) {
     write(device_name);
-    const ScopedEnv table("MXMOE_TUNE_FILE", path.c_str());
-    return MoeRunner(cfg, layer.view(), gemv_options(8, Backend::Auto));
+    RunnerOptions options = gemv_options(8, Backend::Auto);
+    options.tune_file = path;
+    return MoeRunner(cfg, layer.view(), options);
   };
   const MoeRunner tuned = runner_with_table_for(prop.name);
   const MoeRunner untuned = runner_with_table_for("some other GPU");
@@ -383,7 +349,7 @@ TEST(GpuLayerSequence, BackToBackForwardsOnOneWorkspace) {
   cudaStreamDestroy(stream);
 }
 
-// The tuning knobs select other kernels of the family: every ring depth and split-K must compute the
+// A forced plan selects other kernels of the family: every ring depth and split-K must compute the
 // same layer. (The 2-stage ring is what SM120/SM121 run for gpt-oss; here it runs on this GPU.)
 TEST(GpuLayerVariants, RingStagesAndSplitKMatchReference) {
   MXMOE_SKIP_WITHOUT_GPU();
@@ -397,14 +363,14 @@ TEST(GpuLayerVariants, RingStagesAndSplitKMatchReference) {
   const auto logits = random_logits(tokens, cfg.num_experts, rng);
   std::vector<double> ref(static_cast<size_t>(tokens * cfg.hidden));
   reference_moe_f64(cfg, layer.view(), hidden, logits, tokens, ref);
-  for (const char* stages : {"2", "3"})
-    for (const char* ksplit : {"1", "2", "4", "8"}) {
-      if (!gemv::stages_built(std::atoi(stages))) continue;  // the minimal profile has 2 only
-      SCOPED_TRACE(std::string("MXMOE_GEMV_STAGES=") + stages + " MXMOE_GEMV_KSPLIT=" + ksplit);
-      const MoeRunner runner = [&] {
-        const ScopedEnv ring("MXMOE_GEMV_STAGES", stages), split("MXMOE_GEMV_KSPLIT", ksplit);
-        return MoeRunner(cfg, layer.view(), gemv_options(tokens));
-      }();
+  for (const int stages : {2, 3})
+    for (const int ksplit : {1, 2, 4, 8}) {
+      if (!gemv::stages_built(stages)) continue;  // the minimal profile has 2 only
+      PlanOverride plan;
+      plan.gemv_stages = stages;
+      plan.gemv_ksplit = ksplit;
+      SCOPED_TRACE("plan " + to_string(plan));
+      const MoeRunner runner(cfg, layer.view(), gemv_options(tokens, Backend::Gemv, plan));
       const ErrorStats e = compare(run_on_gpu(runner, hidden, logits, tokens), ref);
       EXPECT_EQ(e.nan_count, 0);
       EXPECT_LE(e.rel, 1e-2) << "worst element " << e.worst;
@@ -430,18 +396,20 @@ TEST(GpuLayerVariants, WideBatchMatchesReferenceAndNarrowBatchBits) {
   ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
   ASSERT_EQ(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), cudaSuccess);
   for (const InputCase& c : kVariantCases) {
-    // Where 16 staged rows of this K do not fit (SM120/SM121 at K = 2880) the runner refuses the knob.
+    // Where 16 staged rows of this K do not fit (SM120/SM121 at K = 2880) the runner refuses batch=16.
     if (!gemv::wide_batch_fits(std::max(c.hidden, c.intermediate), static_cast<size_t>(optin), gemv::static_smem_bytes()))
       continue;
     const uint64_t seed = fresh_seed();
     SCOPED_TRACE(describe(c, seed));
     const LayerInputs in = make_inputs(c, seed);
     // The 8-row batch without split-K (a split sums K in another order; the 16-row batch never splits).
-    auto runner_with = [&](const char* batch) {
-      const ScopedEnv knob("MXMOE_GEMV_BATCH", batch), split("MXMOE_GEMV_KSPLIT", "1");
-      return MoeRunner(in.cfg, in.layer.view(), gemv_options(c.tokens));
+    auto runner_with = [&](int batch) {
+      PlanOverride plan;
+      plan.gemv_batch_rows = batch;
+      plan.gemv_ksplit = 1;
+      return MoeRunner(in.cfg, in.layer.view(), gemv_options(c.tokens, Backend::Gemv, plan));
     };
-    const MoeRunner wide = runner_with("16"), narrow = runner_with("8");
+    const MoeRunner wide = runner_with(gemv::kWideBatchRows), narrow = runner_with(8);
     ASSERT_NE(wide.describe_plan(c.tokens).find("16x16"), std::string::npos) << wide.describe_plan(c.tokens);
     const auto out = run_checked(wide, in, c.tokens);
     EXPECT_EQ(out, run_on_gpu(narrow, in.hidden, in.logits, c.tokens)) << "16-row and 8-row batches differ";
@@ -450,7 +418,7 @@ TEST(GpuLayerVariants, WideBatchMatchesReferenceAndNarrowBatchBits) {
 }
 
 // GEMV GEMM2 started per expert slot once GEMM1's blocks for it are counted done (the default with the
-// route and combine kernels) against GEMM2 waiting for GEMM1's whole grid (MXMOE_GEMV_COUNTED=0): the
+// route and combine kernels) against GEMM2 waiting for GEMM1's whole grid (plan counted=0): the
 // same sums, so the same bits, over the variant shapes (T = 3 to 1000, odd K, one expert taking every
 // token, wide scales), gpt-oss's shape at T = 4 and 16, both batch widths (the 16-row batch where
 // it fits; row batches split over the grid's z at T = 1000), eager twice and in graph replay.
@@ -466,17 +434,19 @@ TEST(GpuLayerVariants, CountedGemvGemm2GivesTheGridWaitsBits) {
     const uint64_t seed = fresh_seed();
     SCOPED_TRACE(describe(c, seed));
     const LayerInputs in = make_inputs(c, seed);
-    for (const char* batch : {"8", "16"}) {
-      if (std::string(batch) == "16" &&
+    for (const int batch : {8, gemv::kWideBatchRows}) {
+      if (batch == gemv::kWideBatchRows &&
           (!gemv::batch_rows_built(gemv::kWideBatchRows) ||
            !gemv::wide_batch_fits(std::max(c.hidden, c.intermediate), static_cast<size_t>(optin), gemv::static_smem_bytes())))
         continue;
-      SCOPED_TRACE(std::string("MXMOE_GEMV_BATCH=") + batch);
-      auto runner_with = [&](const char* counted) {
-        const ScopedEnv knob("MXMOE_GEMV_COUNTED", counted), width("MXMOE_GEMV_BATCH", batch);
-        return MoeRunner(in.cfg, in.layer.view(), gemv_options(c.tokens));
+      SCOPED_TRACE("batch " + std::to_string(batch));
+      auto runner_with = [&](bool counted) {
+        PlanOverride plan;
+        plan.gemv_counted = counted;
+        plan.gemv_batch_rows = batch;
+        return MoeRunner(in.cfg, in.layer.view(), gemv_options(c.tokens, Backend::Gemv, plan));
       };
-      const MoeRunner counted = runner_with("1"), grid_wait = runner_with("0");
+      const MoeRunner counted = runner_with(true), grid_wait = runner_with(false);
       ASSERT_NE(counted.describe_plan(c.tokens).find("gemm2 per slot"), std::string::npos) << counted.describe_plan(c.tokens);
       ASSERT_EQ(grid_wait.describe_plan(c.tokens).find("gemm2 per slot"), std::string::npos);
       const auto out = run_checked(counted, in, c.tokens);
@@ -511,10 +481,8 @@ TEST(GpuLayerVariants, MxEpilogueMatchesTheSecondExpandBitForBit) {
     const std::vector<uint16_t>& hidden = in.hidden;
     const std::vector<float>& logits = in.logits;
     const MoeRunner fused(cfg, layer.view(), gemv_options(c.tokens, Backend::MxEmulated));
-    const MoeRunner two_pass = [&] {
-      const ScopedEnv knob("MXMOE_MX_EXPAND_INTERMEDIATE", "1");
-      return MoeRunner(cfg, layer.view(), gemv_options(c.tokens, Backend::MxEmulated));
-    }();
+    const MoeRunner two_pass(cfg, layer.view(),
+                             gemv_options(c.tokens, Backend::MxEmulated, parse_plan_override("mx_expand=1")));
     ASSERT_NE(fused.describe_plan(c.tokens).find("epilogue"), std::string::npos) << fused.describe_plan(c.tokens);
     ASSERT_NE(two_pass.describe_plan(c.tokens).find("expand before gemm2"), std::string::npos);
     const auto out = run_on_gpu(fused, hidden, logits, c.tokens);
@@ -525,46 +493,37 @@ TEST(GpuLayerVariants, MxEpilogueMatchesTheSecondExpandBitForBit) {
   }
 }
 
-// Every tensor-core tile (MXMOE_MMA_MTILES: 16, 32, 64 rows with the decode in registers, 128 rows
-// with the weights decoded to shared memory where it runs) against the reference.
+// Every tensor-core tile with the decode in registers (plan mma=16, 32, 64: rows of an expert per
+// block) against the reference.
 TEST(GpuLayerVariants, EveryTensorCoreTileMatchesReference) {
   MXMOE_SKIP_WITHOUT_GPU();
-  for (const int m_tiles : {1, 2, 4, mma::kWideMTiles}) {
+  for (const int m_tiles : {1, 2, 4}) {
     if (!mma::m_tiles_supported(m_tiles)) continue;
     for (const InputCase& c : kVariantCases) {
       const uint64_t seed = fresh_seed();
-      SCOPED_TRACE("MXMOE_MMA_MTILES=" + std::to_string(m_tiles) + ", " + describe(c, seed));
+      PlanOverride plan;
+      plan.mma_tile = MmaTileChoice{mma::block_m(m_tiles), MmaForm::Plain};
+      SCOPED_TRACE("plan " + to_string(plan) + ", " + describe(c, seed));
       const LayerInputs in = make_inputs(c, seed);
-      std::optional<MoeRunner> runner;
-      try {
-        const ScopedEnv knob("MXMOE_MMA_MTILES", std::to_string(m_tiles).c_str());
-        runner.emplace(in.cfg, in.layer.view(), gemv_options(c.tokens, Backend::Mma));
-      } catch (const Error& e) {
-        // Only the 128-row tile may be refused, and only off Hopper.
-        ASSERT_EQ(m_tiles, mma::kWideMTiles) << e.what();
-        int device = 0, major = 0;
-        ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
-        ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
-        ASSERT_NE(major, 9) << e.what();
-        break;
-      }
-      ASSERT_NE(runner->describe_plan(c.tokens).find(std::to_string(mma::block_m(m_tiles)) + "x"), std::string::npos)
-          << runner->describe_plan(c.tokens);
-      const auto out = run_checked(*runner, in, c.tokens);
-      EXPECT_EQ(out, run_graph_replay(*runner, in.hidden, in.logits, c.tokens)) << "graph replay differs from eager";
+      const MoeRunner runner(in.cfg, in.layer.view(), gemv_options(c.tokens, Backend::Mma, plan));
+      ASSERT_NE(runner.describe_plan(c.tokens).find(std::to_string(mma::block_m(m_tiles)) + "x"), std::string::npos)
+          << runner.describe_plan(c.tokens);
+      const auto out = run_checked(runner, in, c.tokens);
+      EXPECT_EQ(out, run_graph_replay(runner, in.hidden, in.logits, c.tokens)) << "graph replay differs from eager";
     }
   }
 }
 
-// One forced tensor-core tile over the variant shapes: `form_knob`=1 with MXMOE_MMA_MTILES=m_tiles, the
-// plan naming `plan_piece`; against the reference, graph replay and a second run bit-identical.
-void expect_forced_tile_matches(const char* form_knob, int m_tiles, const std::string& plan_piece) {
+// One forced tensor-core tile over the variant shapes: plan mma=<form><16 * m_tiles>, the plan naming
+// `plan_piece`; against the reference, graph replay and a second run bit-identical.
+void expect_forced_tile_matches(MmaForm form, int m_tiles, const std::string& plan_piece) {
   for (const InputCase& c : kVariantCases) {
     const uint64_t seed = fresh_seed();
-    SCOPED_TRACE(std::string(form_knob) + "=1, MXMOE_MMA_MTILES=" + std::to_string(m_tiles) + ", " + describe(c, seed));
+    PlanOverride plan;
+    plan.mma_tile = MmaTileChoice{mma::block_m(m_tiles), form};
+    SCOPED_TRACE("plan " + to_string(plan) + ", " + describe(c, seed));
     const LayerInputs in = make_inputs(c, seed);
-    const ScopedEnv knob("MXMOE_MMA_MTILES", std::to_string(m_tiles).c_str()), form(form_knob, "1");
-    const MoeRunner runner(in.cfg, in.layer.view(), gemv_options(c.tokens, Backend::Mma));
+    const MoeRunner runner(in.cfg, in.layer.view(), gemv_options(c.tokens, Backend::Mma, plan));
     ASSERT_NE(runner.describe_plan(c.tokens).find(plan_piece), std::string::npos) << runner.describe_plan(c.tokens);
     const auto out = run_checked(runner, in, c.tokens);
     EXPECT_EQ(out, run_graph_replay(runner, in.hidden, in.logits, c.tokens)) << "graph replay differs from eager";
@@ -572,18 +531,18 @@ void expect_forced_tile_matches(const char* form_knob, int m_tiles, const std::s
   }
 }
 
-// Every swap-AB tile (MXMOE_MMA_SWAP_AB=1 with MXMOE_MMA_MTILES 1, 2, 4, 8: weights on the MMA's M side,
+// Every swap-AB tile (plan mma=swap16, swap32, swap64, swap128: weights on the MMA's M side,
 // 16, 32, 64 or 128 rows of an expert on N, n8 groups past an expert's rows skipped) against the reference.
 TEST(GpuLayerVariants, EverySwapTileMatchesReference) {
   MXMOE_SKIP_WITHOUT_GPU();
   for (const int m_tiles : {1, 2, 4, 8})
     if (mma::swap_supported(m_tiles))
-      expect_forced_tile_matches("MXMOE_MMA_SWAP_AB", m_tiles,
+      expect_forced_tile_matches(MmaForm::SwapAb, m_tiles,
                                  "swap-AB " + std::to_string(m_tiles == 8 ? 128 : 256) + "x" +
                                      std::to_string(mma::block_m(m_tiles)) + "x");
 }
 
-// Every wgmma tile (Hopper: MXMOE_MMA_WGMMA=1 with MXMOE_MMA_MTILES 2, 4, 8) against the reference over
+// Every wgmma tile (Hopper: plan mma=wgmma32, wgmma64, wgmma128) against the reference over
 // the variant shapes (K not a multiple of 128: the chunk order's zero padding; tiles not a multiple
 // of 16 or 4: a block's idle warps and warpgroups; an expert taking every token; experts with none;
 // fewer rows than half or three quarters of a tile: the narrower wgmmas of the 64- and 128-row tiles),
@@ -594,51 +553,54 @@ TEST(GpuLayerVariants, EveryWgmmaTileMatchesReference) {
   ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
   if (!sm90::wgmma_runs(device)) GTEST_SKIP() << "the wgmma tiles need a compute capability 9.0 GPU and sm_90a code";
   for (const int m_tiles : {2, 4, 8})
-    expect_forced_tile_matches("MXMOE_MMA_WGMMA", m_tiles,
+    expect_forced_tile_matches(MmaForm::Wgmma, m_tiles,
                                "wgmma bf16 " + std::to_string(sm90::kBlockWeightRows) + "x" +
                                    std::to_string(mma::block_m(m_tiles)) + "x");
 }
 
-// MXMOE_MMA_WGMMA: refused by name where the tiles cannot run, with a size they do not have, or with
-// the swap-AB knob.
-TEST(GpuLayerErrors, RefusesWgmmaKnobsThatCannotRun) {
+// The wgmma tiles: a size they do not have or a value the key does not take is refused when the plan
+// string is parsed; a forced tile is refused by its key where the tiles cannot run, or next to wgmma=0.
+TEST(GpuLayerErrors, RefusesWgmmaTilesThatCannotRun) {
+  expect_error_naming([] { parse_plan_override("wgmma=2", "MXMOE_PLAN"); }, "MXMOE_PLAN: wgmma=2 is not valid");
+  expect_error_naming([] { parse_plan_override("mma=wgmma16", "MXMOE_PLAN"); }, "MXMOE_PLAN: mma=wgmma16 is not valid");
   MXMOE_SKIP_WITHOUT_GPU();
   int device = 0;
   ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
   const MoeConfig cfg = mxmoe::test::make_config(8, 2, 64, 64);
   const MoeLayerData layer = MoeLayerData::random(cfg, fresh_seed());
-  const auto refused = [&](std::initializer_list<std::pair<const char*, const char*>> knobs) {
-    std::vector<std::unique_ptr<ScopedEnv>> set;
-    for (const auto& [name, value] : knobs) set.push_back(std::make_unique<ScopedEnv>(name, value));
-    expect_error_naming([&] { MoeRunner(cfg, layer.view(), gemv_options(4, Backend::Mma)); }, "MXMOE_MMA_WGMMA");
+  const auto refused = [&](const std::string& plan, const std::string& key) {
+    SCOPED_TRACE(plan);
+    expect_error_naming([&] { MoeRunner(cfg, layer.view(), gemv_options(4, Backend::Mma, parse_plan_override(plan))); },
+                        "MXMOE_PLAN " + key + ":");
   };
-  refused({{"MXMOE_MMA_WGMMA", "2"}});
   if (!sm90::wgmma_runs(device)) {
-    refused({{"MXMOE_MMA_WGMMA", "1"}});
+    for (const std::string tile : {"mma=wgmma32", "mma=wgmma64", "mma=wgmma128"}) refused(tile, tile);
     return;
   }
-  refused({{"MXMOE_MMA_WGMMA", "1"}, {"MXMOE_MMA_MTILES", "1"}});
-  refused({{"MXMOE_MMA_WGMMA", "1"}, {"MXMOE_MMA_SWAP_AB", "1"}});
-  // Auto takes them at 64 rows per expert (T = 256 of 8 experts, top 2); 0 turns them off.
+  refused("mma=wgmma64,wgmma=0", "mma=wgmma64");
+  // Auto takes them at 64 rows per expert (T = 256 of 8 experts, top 2); wgmma=0 turns them off.
   const MoeRunner on(cfg, layer.view(), gemv_options(256, Backend::Auto));
   EXPECT_NE(on.describe_plan(256).find("wgmma"), std::string::npos) << on.describe_plan(256);
-  const ScopedEnv off("MXMOE_MMA_WGMMA", "0");
-  const MoeRunner runner(cfg, layer.view(), gemv_options(256, Backend::Auto));
+  const MoeRunner runner(cfg, layer.view(), gemv_options(256, Backend::Auto, parse_plan_override("wgmma=0")));
   EXPECT_EQ(runner.describe_plan(256).find("wgmma"), std::string::npos) << runner.describe_plan(256);
 }
 
-// MXMOE_MMA_SWAP_AB=1 alone: the rule's tile in swap-AB form (at few rows per expert the 16-row one).
-TEST(GpuLayerVariants, SwapKnobAloneTakesTheRulesTileInSwapForm) {
+// The swap-AB tile that the size rule took with the old swap knob alone, forced by its size (MXMOE_PLAN
+// names a tile, not a form): at few rows per expert (T = 3 of 8 experts, 1 row) the 16-row one, at
+// many (T = 1000 of 32 experts, 125 rows) the 64-row one.
+TEST(GpuLayerVariants, SwapFormOfTheRulesTileMatchesReference) {
   MXMOE_SKIP_WITHOUT_GPU();
   if (!mma::swap_supported(2)) GTEST_SKIP() << "the minimal profile has no swap-AB tiles";
-  for (const InputCase& c : {InputCase{8, 2, 64, 64, 3, false, false}, InputCase{32, 4, 256, 192, 1000, false, false}}) {
+  const std::pair<InputCase, int> cases[] = {{InputCase{8, 2, 64, 64, 3, false, false}, 1},
+                                             {InputCase{32, 4, 256, 192, 1000, false, false}, 4}};
+  for (const auto& [c, m_tiles] : cases) {
     const uint64_t seed = fresh_seed();
     SCOPED_TRACE(describe(c, seed));
     const LayerInputs in = make_inputs(c, seed);
-    const ScopedEnv swap("MXMOE_MMA_SWAP_AB", "1");
-    const MoeRunner runner(in.cfg, in.layer.view(), gemv_options(c.tokens, Backend::Mma));
-    const double rows = static_cast<double>(c.tokens * c.top_k) / std::min<int64_t>(c.experts, c.tokens * c.top_k);
-    const int m_tiles = mma::tile_for(rows).m_tiles;
+    PlanOverride plan;
+    plan.mma_tile = MmaTileChoice{mma::block_m(m_tiles), MmaForm::SwapAb};
+    SCOPED_TRACE("plan " + to_string(plan));
+    const MoeRunner runner(in.cfg, in.layer.view(), gemv_options(c.tokens, Backend::Mma, plan));
     ASSERT_NE(runner.describe_plan(c.tokens).find("swap-AB 256x" + std::to_string(mma::block_m(m_tiles)) + "x"),
               std::string::npos)
         << runner.describe_plan(c.tokens);
@@ -646,24 +608,26 @@ TEST(GpuLayerVariants, SwapKnobAloneTakesTheRulesTileInSwapForm) {
   }
 }
 
-// MXMOE_GEMV_BATCH: a width that is not built, or the wide batch with a forced 3-stage ring (it runs
-// 2 stages only), is refused by name.
+// The GEMV batch: a width the key does not take is refused when the plan string is parsed; the 16-row
+// batch where it is not built (the minimal profile), or with a forced 3-stage ring (it runs 2 stages
+// only), is refused by its key when the runner is built.
 TEST(GpuLayerErrors, RefusesGemvBatchesThatCannotRun) {
+  expect_error_naming([] { parse_plan_override("batch=32", "MXMOE_PLAN"); }, "MXMOE_PLAN: batch=32 is not valid");
   MXMOE_SKIP_WITHOUT_GPU();
   const MoeConfig cfg = mxmoe::test::make_config(4, 2, 64, 64);
   const MoeLayerData layer = MoeLayerData::random(cfg, fresh_seed());
-  {
-    const ScopedEnv batch("MXMOE_GEMV_BATCH", "32");
-    expect_error_naming([&] { MoeRunner(cfg, layer.view(), gemv_options(4)); }, "MXMOE_GEMV_BATCH");
-  }
-  if (gemv::stages_built(3)) {
-    const ScopedEnv batch("MXMOE_GEMV_BATCH", "16"), ring("MXMOE_GEMV_STAGES", "3");
-    expect_error_naming([&] { MoeRunner(cfg, layer.view(), gemv_options(4)); }, "MXMOE_GEMV_BATCH");
-  }
+  if (!gemv::batch_rows_built(gemv::kWideBatchRows))
+    expect_error_naming([&] { MoeRunner(cfg, layer.view(), gemv_options(4, Backend::Gemv, parse_plan_override("batch=16"))); },
+                        "MXMOE_PLAN batch=16:");
+  if (gemv::stages_built(3))
+    expect_error_naming(
+        [&] { MoeRunner(cfg, layer.view(), gemv_options(4, Backend::Gemv, parse_plan_override("batch=16,stages=3"))); },
+        "MXMOE_PLAN batch=16:");
 }
 
 // A forced 3-stage ring that does not fit is refused by name, not left to a failing launch. K = 11264
-// fits 2 stages but not 3 in Hopper's 227 KB per block (about 207 KB against 224 KB).
+// fits 2 stages but not 3 in Hopper's 227 KB per block (about 207 KB against 224 KB). (The minimal
+// profile has no 3-stage ring: refused by the same key.)
 TEST(GpuLayerErrors, RefusesRingStagesThatDoNotFit) {
   MXMOE_SKIP_WITHOUT_GPU();
   int device = 0, optin = 0;
@@ -673,8 +637,8 @@ TEST(GpuLayerErrors, RefusesRingStagesThatDoNotFit) {
   const MoeConfig cfg = mxmoe::test::make_config(2, 1, 11264, 64);
   const MoeLayerData layer = MoeLayerData::random(cfg, fresh_seed());
   EXPECT_NO_THROW(MoeRunner(cfg, layer.view(), gemv_options(1)));
-  const ScopedEnv ring("MXMOE_GEMV_STAGES", "3");
-  expect_error_naming([&] { MoeRunner(cfg, layer.view(), gemv_options(1)); }, "MXMOE_GEMV_STAGES");
+  expect_error_naming([&] { MoeRunner(cfg, layer.view(), gemv_options(1, Backend::Gemv, parse_plan_override("stages=3"))); },
+                      "MXMOE_PLAN stages=3:");
 }
 
 // The native MX atom only exists for SM120/SM121: elsewhere the runner refuses it by name.
@@ -689,19 +653,88 @@ TEST(GpuLayerErrors, RefusesTheNativeMxAtomOffSm12x) {
   expect_error_naming([&] { MoeRunner(cfg, layer.view(), gemv_options(4, Backend::Mx)); }, "'mx' needs an SM120/SM121");
 }
 
-// A knob set to a value it does not take is an Error naming it.
-TEST(GpuLayerErrors, RejectsUnknownKnobValues) {
+// A plan value a key does not take is an Error naming the key when the string is parsed (no GPU
+// needed); a value the key takes but this build or device cannot run is an Error naming the key when
+// the runner is built, and one it can run is taken.
+TEST(GpuLayerErrors, RejectsPlanValuesNamingTheKey) {
+  // The old knobs' refused values, in MXMOE_PLAN's form: 48 and (plain) 128-row tiles do not exist.
+  for (const char* text : {"fused_combine=9", "local_route=5", "cluster_combine=2", "counted=2", "ksplit=3",
+                           "stages=4", "mx_expand=2", "mma=48", "mma=128", "mma=swap8"}) {
+    SCOPED_TRACE(text);
+    expect_error_naming([&] { parse_plan_override(text, "MXMOE_PLAN"); }, std::string("MXMOE_PLAN: ") + text + " is not valid");
+  }
+  expect_error_naming([] { parse_plan_override("gemv_ksplit=4", "MXMOE_PLAN"); }, "MXMOE_PLAN: unknown key 'gemv_ksplit'");
+  expect_error_naming([] { parse_plan_override("ksplit", "MXMOE_PLAN"); }, "MXMOE_PLAN: 'ksplit' is not key=value");
   MXMOE_SKIP_WITHOUT_GPU();
+  int device = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
   const MoeConfig cfg = MoeConfig::tiny();
   const MoeLayerData layer = MoeLayerData::random(cfg, fresh_seed());
-  const std::pair<const char*, const char*> knobs[] = {
-      {"MXMOE_FUSED_COMBINE_TOKENS", "9"}, {"MXMOE_LOCAL_ROUTE_TOKENS", "5"}, {"MXMOE_GEMV_STREAM", "yes"},
-      {"MXMOE_MMA_SWAP_AB", "2"}, {"MXMOE_MMA_MTILES", "3"}};
-  for (const auto& [name, value] : knobs) {
-    SCOPED_TRACE(name);
-    const ScopedEnv knob(name, value);
-    expect_error_naming([&] { MoeRunner(cfg, layer.view(), gemv_options(4)); }, name);
+  struct Forced {
+    MmaTileChoice tile;
+    bool runs;  // this build has it and it runs on this device
+    std::string plan_piece;
+  };
+  std::vector<Forced> tiles;
+  for (const int m_tiles : {1, 2, 4})
+    tiles.push_back({{mma::block_m(m_tiles), MmaForm::Plain}, mma::m_tiles_supported(m_tiles),
+                     "mma bf16 " + std::to_string(mma::block_m(m_tiles)) + "x"});
+  for (const int m_tiles : {1, 2, 4, 8})
+    tiles.push_back({{mma::block_m(m_tiles), MmaForm::SwapAb}, mma::swap_supported(m_tiles),
+                     "swap-AB " + std::to_string(m_tiles == 8 ? 128 : 256) + "x" + std::to_string(mma::block_m(m_tiles)) + "x"});
+  for (const int m_tiles : {2, 4, 8})
+    tiles.push_back({{mma::block_m(m_tiles), MmaForm::Wgmma}, sm90::wgmma_runs(device),
+                     "wgmma bf16 " + std::to_string(sm90::kBlockWeightRows) + "x" + std::to_string(mma::block_m(m_tiles)) + "x"});
+  for (const Forced& f : tiles) {
+    PlanOverride plan;
+    plan.mma_tile = f.tile;
+    SCOPED_TRACE("plan " + to_string(plan));
+    if (!f.runs) {
+      expect_error_naming([&] { MoeRunner(cfg, layer.view(), gemv_options(4, Backend::Mma, plan)); },
+                          "MXMOE_PLAN mma=" + to_string(f.tile) + ":");
+      continue;
+    }
+    try {
+      const MoeRunner runner(cfg, layer.view(), gemv_options(4, Backend::Mma, plan));
+      EXPECT_NE(runner.describe_plan(4).find(f.plan_piece), std::string::npos) << runner.describe_plan(4);
+    } catch (const Error& e) {
+      ADD_FAILURE() << "refused a tile this build runs here: " << e.what();
+    }
   }
+  // The ring depths: 3 stages only in the full profile.
+  for (const int stages : {2, 3}) {
+    SCOPED_TRACE("stages " + std::to_string(stages));
+    PlanOverride plan;
+    plan.gemv_stages = stages;
+    if (gemv::stages_built(stages))
+      EXPECT_NO_THROW(MoeRunner(cfg, layer.view(), gemv_options(4, Backend::Gemv, plan)));
+    else
+      expect_error_naming([&] { MoeRunner(cfg, layer.view(), gemv_options(4, Backend::Gemv, plan)); },
+                          "MXMOE_PLAN stages=" + std::to_string(stages) + ":");
+  }
+}
+
+// MXMOE_PLAN in the environment forces the plan of a runner whose options force nothing, and options
+// that force something win over it (the one test of the environment reader's MXMOE_PLAN).
+TEST(GpuLayerEnvironment, MxmoePlanForcesWhereTheOptionsDoNot) {
+  MXMOE_SKIP_WITHOUT_GPU();
+  const MoeConfig cfg = mxmoe::test::make_config(32, 4, 512, 384);
+  const MoeLayerData layer = MoeLayerData::random(cfg, fresh_seed());
+  const auto combines = [](const MoeRunner& runner, int64_t tokens) {
+    return runner.describe_plan(tokens).find("combine in gemm2") != std::string::npos;
+  };
+  // Both ways, so that neither check can pass by the default alone.
+  {
+    const ScopedEnv env("MXMOE_PLAN", "fused_combine=0");
+    const MoeRunner from_env(cfg, layer.view(), gemv_options(8));
+    EXPECT_FALSE(combines(from_env, 1)) << from_env.describe_plan(1);
+  }
+  const ScopedEnv env("MXMOE_PLAN", "fused_combine=8");
+  const MoeRunner from_env(cfg, layer.view(), gemv_options(8));
+  EXPECT_TRUE(combines(from_env, 8)) << from_env.describe_plan(8);
+  // Options that force anything replace MXMOE_PLAN as a whole.
+  const MoeRunner from_options(cfg, layer.view(), gemv_options(8, Backend::Gemv, parse_plan_override("fused_combine=0")));
+  EXPECT_FALSE(combines(from_options, 8)) << from_options.describe_plan(8);
 }
 
 TEST(GpuLayerErrors, RejectsHostPointersAndSmallWorkspace) {

@@ -150,3 +150,8 @@ def test_bad_arguments_name_themselves(rng):
         mxmoe.MoeLayer("tiny", nan_scales, backend="reference")
     with pytest.raises(mxmoe.Error, match="missing"):
         mxmoe.MoeLayer("tiny", {"w1_blocks": w["w1_blocks"]})
+    # plan= (MXMOE_PLAN's form): a value or key it does not take is refused by name, whatever the backend.
+    with pytest.raises(mxmoe.Error, match="plan: ksplit=3 is not valid"):
+        mxmoe.MoeLayer("tiny", w, backend="reference", plan="ksplit=3")
+    with pytest.raises(mxmoe.Error, match="plan: unknown key 'tile'"):
+        mxmoe.MoeLayer("tiny", w, backend="reference", plan="tile=16")

@@ -148,6 +148,21 @@ def test_fused_moe_matches_both_references(rng, backend, tokens):
         assert rel_error(bits(out), reference_moe(hidden, logits, w, k)) <= BOUND
 
 
+def test_plan_forces_parts_of_the_gpu_plan(rng):
+    (e, k, h, i), w, hidden, logits = random_case(rng, 8, experts=32)
+    config = make_config(e, k, h, i)
+    for plan, combines in (("fused_combine=8", True), ("fused_combine=0", False)):
+        layer = mxmoe.MoeLayer(config, w, backend="gemv", max_tokens=8, plan=plan)
+        assert ("combine in gemm2" in layer.describe_plan(8)) == combines, (plan, layer.describe_plan(8))
+        out = poisoned(hidden)
+        layer(hidden, logits, out)
+        assert torch_rel_error(out, torch_reference(hidden, logits, w, k)) <= BOUND, plan
+    # A value the key takes but the runner cannot run (the 16-row batch runs 2 ring stages only; the
+    # minimal profile has no 3-stage ring) is refused by its key when the layer is built.
+    with pytest.raises(mxmoe.Error, match="batch=16|stages=3"):
+        mxmoe.MoeLayer(config, w, backend="gemv", max_tokens=8, plan="batch=16,stages=3")
+
+
 def test_runs_on_the_callers_stream(rng):
     (e, k, h, i), w, hidden, logits = random_case(rng, 64, experts=32)
     layer = mxmoe.MoeLayer(make_config(e, k, h, i), w, max_tokens=64)

@@ -10,8 +10,8 @@
 #include <limits>
 #include <random>
 
-#include "moe/cuda_check.hpp"
-#include "moe/device_buffer.hpp"
+#include "common/cuda_check.hpp"
+#include "common/device_buffer.hpp"
 #include "mxmoe/error.hpp"
 #include "mxmoe/formats.hpp"
 

@@ -31,6 +31,7 @@ void add_gen_checkpoint_command(CLI::App& app, int& exit_code);
 void add_run_command(CLI::App& app, int& exit_code);
 void add_bench_command(CLI::App& app, int& exit_code);  // cmd_bench.cu
 void add_soak_command(CLI::App& app, int& exit_code);
+void add_plan_command(CLI::App& app, int& exit_code);  // cmd_plan.cpp
 
 // --- command-line helpers ----------------------------------------------------------------------
 // The valid names joined for help texts: "auto, reference, gemv".
@@ -62,8 +63,8 @@ struct ForwardResult {
 };
 // Runs runner.forward once on host inputs. For a GPU backend the inputs go to device memory, the
 // output is poisoned with 0xFFFF (a bf16 NaN) first so unwritten elements show, the device is
-// synchronised, and the output copied back; every CUDA call is checked (moe/cuda_check.hpp) and
-// device memory is owned by mxmoe::DeviceBuffer (moe/device_buffer.hpp).
+// synchronised, and the output copied back; every CUDA call is checked (common/cuda_check.hpp) and
+// device memory is owned by mxmoe::DeviceBuffer (common/device_buffer.hpp).
 ForwardResult run_forward(const MoeRunner& runner, std::span<const uint16_t> hidden,
                           std::span<const float> router_logits, int64_t tokens);
 

@@ -19,11 +19,11 @@
 #include <sstream>
 
 #include "cli_common.hpp"
-#include "moe/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 #include "kernels/gemv/gemv.hpp"
 #include "kernels/mma/mma_gemm.hpp"
 #include "kernels/sm90/wgmma_gemm.hpp"
-#include "moe/device_buffer.hpp"
+#include "common/device_buffer.hpp"
 #include "moe/gpu_monitor.hpp"
 #include "moe/tune_table.hpp"
 #include "mxmoe/mxmoe.hpp"
@@ -223,11 +223,12 @@ void progress(size_t done, size_t total, const std::string& what) {
 }
 
 // --tune: every batch size timed with each kernel family and tile the planner can choose (GEMV with
-// 8- and 16-row batches; the tensor-core family with 16, 32, 64 and 128-row tiles, the swap-AB
+// 8- and 16-row batches; the tensor-core family with 16, 32 and 64-row tiles, the swap-AB
 // tiles of 16, 32, 64 and 128 rows and, on Hopper, the wgmma tiles of 32, 64 and 128 rows), the fastest
 // kept, and the choices written as the preference table (moe/tune_table.hpp) that the runner reads
-// from MXMOE_TUNE_FILE. Boundaries between choices sit at the geometric mean of the rows per expert
-// of the batch sizes on either side.
+// from RunnerOptions::tune_file or MXMOE_TUNE_FILE. Each candidate is forced through RunnerOptions::plan
+// (mxmoe/plan_override.hpp). Boundaries between choices sit at the geometric mean of the rows per
+// expert of the batch sizes on either side.
 void write_tune_table(const BenchOptions& o, const MoeConfig& cfg, const GpuInfo& gpu, const MoeLayerData& host,
                       int layers, const DevBuf& d_hidden, const DevBuf& d_out, const std::vector<DevBuf>& d_logits,
                       cudaStream_t stream, GpuMonitor& monitor) {
@@ -238,13 +239,22 @@ void write_tune_table(const BenchOptions& o, const MoeConfig& cfg, const GpuInfo
     int batch_rows;  // the GEMV family's batch
     bool swap_ab;    // the swap-AB form of the tensor-core tile
     bool wgmma;      // Hopper's wgmma tile (sm90/)
+    // The runner's forced plan: the GEMV batch, or the tensor-core tile of 16 * m_tiles rows and its form.
+    PlanOverride plan() const {
+      PlanOverride p;
+      if (m_tiles == 0)
+        p.gemv_batch_rows = batch_rows;
+      else
+        p.mma_tile = MmaTileChoice{mma::block_m(m_tiles),
+                                   wgmma ? MmaForm::Wgmma : swap_ab ? MmaForm::SwapAb : MmaForm::Plain};
+      return p;
+    }
   };
   const Candidate candidates[] = {{"gemv", Backend::Gemv, 0, 8, false, false},
                                   {"gemv b16", Backend::Gemv, 0, gemv::kWideBatchRows, false, false},
                                   {"mma m16", Backend::Mma, 1, 8, false, false},
                                   {"mma m32", Backend::Mma, 2, 8, false, false},
                                   {"mma m64", Backend::Mma, 4, 8, false, false},
-                                  {"mma m128", Backend::Mma, mma::kWideMTiles, 8, false, false},
                                   {"swap n16", Backend::Mma, 1, 8, true, false},
                                   {"swap n32", Backend::Mma, 2, 8, true, false},
                                   {"swap n64", Backend::Mma, 4, 8, true, false},
@@ -269,11 +279,8 @@ void write_tune_table(const BenchOptions& o, const MoeConfig& cfg, const GpuInfo
     if (candidates[c].wgmma ? !sm90::wgmma_runs(gpu.index)
                             : candidates[c].m_tiles > 0 && !mma::tile_supported({candidates[c].m_tiles, candidates[c].swap_ab}))
       continue;
-    if (candidates[c].m_tiles > 0) setenv("MXMOE_MMA_MTILES", std::to_string(candidates[c].m_tiles).c_str(), 1);
-    if (candidates[c].swap_ab) setenv("MXMOE_MMA_SWAP_AB", "1", 1);
-    setenv("MXMOE_MMA_WGMMA", candidates[c].wgmma ? "1" : "0", 1);
-    if (candidates[c].m_tiles == 0) setenv("MXMOE_GEMV_BATCH", std::to_string(candidates[c].batch_rows).c_str(), 1);
     ropt.backend = candidates[c].backend;
+    ropt.plan = candidates[c].plan();
     std::vector<MoeRunner> runners;
     try {
       for (int l = 0; l < layers; ++l) runners.emplace_back(cfg, host.view(), ropt);
@@ -281,10 +288,6 @@ void write_tune_table(const BenchOptions& o, const MoeConfig& cfg, const GpuInfo
       std::cout << "tune: " << candidates[c].name << " skipped: " << e.what() << "\n";
       runners.clear();
     }
-    unsetenv("MXMOE_MMA_MTILES");
-    unsetenv("MXMOE_MMA_SWAP_AB");
-    unsetenv("MXMOE_MMA_WGMMA");
-    unsetenv("MXMOE_GEMV_BATCH");
     if (runners.empty()) continue;
     DevBuf ws(std::max<size_t>(runners[0].workspace_bytes(), 1));
     for (size_t ti = 0; ti < tokens.size(); ++ti) {

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "cli_common.hpp"
-#include "moe/cuda_check.hpp"
-#include "moe/device_buffer.hpp"
+#include "common/cuda_check.hpp"
+#include "common/device_buffer.hpp"
 #include "mxmoe/mxmoe.hpp"
 
 namespace mxmoe::cli {

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   add_run_command(app, exit_code);
   add_bench_command(app, exit_code);
   add_soak_command(app, exit_code);
+  add_plan_command(app, exit_code);
 
   // CLI11 would only say "a subcommand is required" here; name the unknown command and the valid ones.
   if (argc > 1 && argv[1][0] != '-') {

@@ -7,7 +7,7 @@
 
 #include <utility>
 
-#include "moe/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 
 namespace mxmoe::kernels {
 

@@ -2,7 +2,7 @@
 #include "kernels/common/record_map.hpp"
 
 #include "kernels/common/tensor_map.hpp"
-#include "moe/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 
 namespace mxmoe::kernels {
 

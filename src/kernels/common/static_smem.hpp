@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstddef>
 
-#include "moe/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 
 namespace mxmoe::kernels {
 

@@ -4,7 +4,7 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
-#include "moe/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 
 namespace mxmoe::kernels {
 namespace {

@@ -15,9 +15,8 @@ namespace mxmoe::gemv {
 struct GemvArgs : kernels::GroupedWeights, kernels::GroupedRouting {
   const uint16_t* act = nullptr;     // GEMM1: hidden [T, H]; GEMM2: intermediate [rows, I]
   void* out = nullptr;               // GEMM1: bf16 [rows, I]; GEMM2: fp32 [rows, H]
-  int sm_count = 132;                // multiprocessors of the device (for the split-K choice)
-  int ksplit_override = 0;           // 1, 2, 4 or 8 forces the split-K (MXMOE_GEMV_KSPLIT, for tuning)
-  int stages = 2;                    // weight ring stages: kDefaultStages, or MXMOE_GEMV_STAGES
+  int ksplit = 1;                    // split-K: 1, 2, 4 or 8 warps share a tile's K (8-row batches; the plan's)
+  int stages = 2;                    // weight ring stages: kDefaultStages, or the plan's
   bool wide_scales = false;          // some scale byte is > 128 or 0xFF: the general multiplier path
   int batch_rows = 8;                // rows of an expert per weight pass: 8, or kWideBatchRows (2 stages, no split-K)
   int tokens = 0;                     // T (the launchers set it)
@@ -37,29 +36,26 @@ struct GemvArgs : kernels::GroupedWeights, kernels::GroupedRouting {
   // gemm1_blocks_per_slot instead of waiting for GEMM1's whole grid. Null: the grid wait.
   int32_t* slot_done = nullptr;
   int gemm1_blocks_per_slot = 0;
-  // The combine in GEMM2 through a thread-block cluster of a column group's expert slots, where
-  // cluster_combine_applies (below); false: always the count in L2 (MXMOE_GEMV_CLUSTER_COMBINE=0).
-  bool cluster_combine = true;
+  // GEMM2's combine through a thread-block cluster of a column group's expert slots (the plan decides
+  // where it applies: cluster_combine_valid); false: through a count in L2.
+  bool cluster_combine = false;
   const int32_t* pair_row = nullptr;  // pair -> sorted row (route kernel), read by the fused combine
   int32_t* pair_row_out = nullptr;    // GEMM2 routed locally without the combine: writes pair -> row here
 };
 
 // Up to this T both GEMMs can route the tokens themselves (every block repeats the top-k of T tokens)
-// and no route kernel runs; the runner does so up to kDefaultLocalRouteTokens (MXMOE_LOCAL_ROUTE_TOKENS
-// tunes it), measured on an H200 (docs/perf-log.md). The launchers route locally when args.logits is set.
+// and no route kernel runs (the launchers route locally when args.logits is set); GEMM2 can also do
+// the combine (its last block per column group) up to kFusedCombineTokens, and then no combine kernel
+// runs. Where the runner does either is the planner's choice (plan/preferences.hpp, docs/perf/gemv.md).
 inline constexpr int64_t kMaxLocalRouteTokens = 4;
-inline constexpr int kDefaultLocalRouteTokens = 2;
-// GEMM2 can also do the combine (its last block per column group) up to this T, and then no combine
-// kernel runs. The runner's default is kDefaultFusedCombineTokens (MXMOE_FUSED_COMBINE_TOKENS tunes it).
 inline constexpr int64_t kFusedCombineTokens = 8;
-inline constexpr int kDefaultFusedCombineTokens = 2;
-// GEMM2's combine goes through a thread-block cluster of a column group's expert slots instead of a count
-// in L2 (args.cluster_combine, cluster_combine.cuh) when routed locally with the combine in GEMM2, with
-// 8-row batches and the default ring, and T * k <= kClusterSlots (the slots, at most T * k, form the
-// cluster, and rank 0's buffer holds every pair's row). Measured on an H100 (docs/perf-log.md),
-// gpt-oss-120b: clusters of 4 (T = 1) 26.0 -> 25.5 us, of 8 (T = 2) 44.7 -> 51.0, so at most 4.
+// GEMM2's combine can go through a thread-block cluster of a column group's expert slots instead of a
+// count in L2 (cluster_combine.cuh) when routed locally with the combine in GEMM2, with 8-row batches
+// and the default ring, and T * k <= kClusterSlots (the slots, at most T * k, form the cluster, and rank
+// 0's buffer holds every pair's row). H100, gpt-oss-120b (docs/perf/gemv.md): clusters of 4 (T = 1)
+// 26.0 -> 25.5 us, of 8 (T = 2) 44.7 -> 51.0, so at most 4.
 inline constexpr int kClusterSlots = 4;
-bool cluster_combine_applies(const GemvArgs& args, int64_t tokens, bool local_route, bool fused_combine);
+bool cluster_combine_valid(int batch_rows, int stages, int64_t tokens, int top_k, bool local_route, bool fused_combine);
 // GEMM2's column groups, at most: the size of the combine counters.
 inline int combine_counters_needed(int hidden) { return (hidden + 15) / 16; }
 
@@ -103,8 +99,6 @@ void launch_gemm1(const GemvArgs& args, int64_t tokens, int max_active, cudaStre
 // GEMM2 + bias, times the routing weight -> fp32 rows for the combine (and the combine itself when
 // args.combine_out is set).
 void launch_gemm2(const GemvArgs& args, int64_t tokens, int max_active, cudaStream_t stream);
-// The K split the launch would use (for plan descriptions).
-int ksplit_for(const GemvArgs& args, int max_active);
 // GEMM1's blocks per expert slot for these arguments (GemvArgs::gemm1_blocks_per_slot).
 int blocks_per_slot(const GemvArgs& args, int64_t tokens, int max_active);
 

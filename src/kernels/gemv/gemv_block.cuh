@@ -1,8 +1,7 @@
 #pragma once
-// The block-level pieces of the GEMV family, shared by the per-GEMM kernels (gemv_kernel.cu) and the
-// streamed decode kernel (stream_kernel.cu): the block shapes, activation staging, the per-warp weight
-// ring and its consumer loop, the split-K sum, both epilogues, the routing a block does itself at
-// small T, and the combine done by a GEMM2 block.
+// The block-level pieces of the GEMV family's kernels (gemv_kernel.cu, cluster_combine.cuh): the block
+// shapes, activation staging, the per-warp weight ring and its consumer loop, the split-K sum, both
+// epilogues, the routing a block does itself at small T, and the combine done by a GEMM2 block.
 #include <cuda_bf16.h>
 
 #include <climits>

@@ -1,6 +1,6 @@
 #pragma once
-// Device pieces shared by the GEMV kernels (gemv_kernel.cu) and the fused decode kernel
-// (decode_kernel.cu): the staged activation layout, one K = 128 chunk of a 16-row tile, SwiGLU.
+// Device pieces of the GEMV kernels (gemv_kernel.cu, gemv_block.cuh), some shared with the tensor-core
+// tiles: the staged activation layout, one K = 128 chunk of a 16-row tile, SwiGLU.
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -42,15 +42,6 @@ __device__ __forceinline__ uint4 permute_act_group(const uint4 x) {
 __device__ __forceinline__ int staged_group_offset(int g) {
   const int chunk = g >> 4, block = (g >> 2) & 3, word = g & 3;
   return chunk * (kChunkK * 2) + (word * 4 + block) * 16;
-}
-
-// One activation row of K elements into shared memory by `threads` threads.
-template <bool kCoherent>
-__device__ __forceinline__ void stage_act_row(const uint16_t* src, int k, int chunks, uint8_t* dst_row, int thread,
-                                              int threads) {
-  const int groups_per_row = chunks * (kChunkK / 8);
-  for (int g = thread; g < groups_per_row; g += threads)
-    *reinterpret_cast<uint4*>(dst_row + staged_group_offset(g)) = permute_act_group(load_act_group<kCoherent>(src, g, k));
 }
 
 // The bf16x2 multipliers of one e8m0 scale byte (mx_decode.cuh): m always, h only for kWideScales

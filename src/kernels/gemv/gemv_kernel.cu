@@ -23,7 +23,7 @@
 #include "kernels/gemv/cluster_combine.cuh"
 #include "kernels/gemv/gemv_block.cuh"
 #include "kernels/gemv/gemv_layout.hpp"
-#include "moe/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 
 namespace mxmoe::gemv {
 namespace {
@@ -192,36 +192,6 @@ __global__ void __launch_bounds__(32 * warps_for(kNb), min_blocks_for(kNb))
   }
 }
 
-// Split K over more warps when the grid would otherwise leave SMs idle or unevenly loaded: at decode
-// sizes the busiest SM's bytes, not total bandwidth, set the time. The smallest split whose blocks
-// fill the resident slots (3 per SM, within 10%) wins: longer K ranges per warp keep its ring full,
-// and more splits only add reduction work (measured on an H200, docs/perf-log.md: gpt-oss-120b T = 3
-// took 64.0 us with GEMM2 split 4 ways, 61.1 with 1). Below that, a cost model: blocks on the busiest
-// SM x (weight bytes per block + a fixed per-block cost for staging and the reduction). (8-row
-// batches only.)
-int choose_ksplit(int tiles, int chunks, int max_active, int sm_count) {
-  constexpr int kWarps = warps_for(1);
-  constexpr int64_t kBlockOverheadBytes = 8192;
-  constexpr int kResidentBlocksPerSm = min_blocks_for(1);
-  const auto blocks_at = [&](int ksplit) {
-    const int tiles_per_block = kWarps / ksplit;
-    return static_cast<int64_t>((tiles + tiles_per_block - 1) / tiles_per_block) * max_active;
-  };
-  for (int ksplit = 1; ksplit <= kWarps; ksplit *= 2)
-    if (blocks_at(ksplit) * 10 >= int64_t{kResidentBlocksPerSm} * sm_count * 9) return ksplit;
-  int best = 1;
-  int64_t best_cost = INT64_MAX;
-  for (int ksplit = 1; ksplit <= kWarps; ksplit *= 2) {
-    const int64_t per_sm = (blocks_at(ksplit) + sm_count - 1) / sm_count;
-    const int64_t cost = per_sm * (static_cast<int64_t>(kWarps / ksplit) * chunks * kChunkWeightBytes + kBlockOverheadBytes);
-    if (cost < best_cost) {
-      best = ksplit;
-      best_cost = cost;
-    }
-  }
-  return best;
-}
-
 int nb_of(int batch_rows) { return batch_rows / kNarrowRows; }
 
 size_t smem_for(int k, int rows_cap, int stages, int nb) {
@@ -238,7 +208,8 @@ dim3 grid_of(const GemvArgs& a, int64_t tokens, int max_active, int ksplit) {
               static_cast<unsigned>(std::clamp<int64_t>(batches, 1, 64)));
 }
 
-int ksplit_of(const GemvArgs& a, int max_active) { return nb_of(a.batch_rows) == 1 ? ksplit_for(a, max_active) : 1; }
+// The plan's split-K (16-row batches never split K).
+int ksplit_of(const GemvArgs& a) { return nb_of(a.batch_rows) == 1 ? a.ksplit : 1; }
 
 template <bool kGemm1>
 void launch(const GemvArgs& a, int64_t tokens, int max_active, cudaStream_t stream) {
@@ -247,7 +218,9 @@ void launch(const GemvArgs& a, int64_t tokens, int max_active, cudaStream_t stre
   MXMOE_REQUIRE(a.batch_rows == kNarrowRows || a.stages == kMinStages, "gemv: 16-row batches run with ",
                 kMinStages, " ring stages only, got ", a.stages);
   const int nb = nb_of(a.batch_rows);
-  const int ksplit = ksplit_of(a, max_active);
+  MXMOE_REQUIRE(a.ksplit == 1 || a.ksplit == 2 || a.ksplit == 4 || a.ksplit == 8, "gemv: ksplit must be 1, 2, 4 or 8, got ",
+                a.ksplit);
+  const int ksplit = ksplit_of(a);
   // An expert has at most `tokens` rows (top-k experts are distinct), so smaller batches need less
   // shared memory for the staged rows, and more blocks fit per SM.
   const int rows_cap = static_cast<int>(std::min<int64_t>(a.batch_rows, tokens));
@@ -255,7 +228,10 @@ void launch(const GemvArgs& a, int64_t tokens, int max_active, cudaStream_t stre
   const size_t smem = smem_for(a.k, rows_cap, a.stages, nb);
   const dim3 block(32 * warps_for(nb));
   auto go = [&](auto kernel) { kernels::launch_with_pdl(kernel, grid, block, smem, stream, a, ksplit, rows_cap); };
-  if (!kGemm1 && cluster_combine_applies(a, tokens, a.local_route, a.combine_out != nullptr)) {
+  if (!kGemm1 && a.cluster_combine) {
+    MXMOE_REQUIRE(cluster_combine_valid(a.batch_rows, a.stages, tokens, a.top_k, a.local_route, a.combine_out != nullptr),
+                  "gemv: the cluster combine needs local routing, the combine in GEMM2, 8-row batches, the default ",
+                  "ring and at most ", kClusterSlots, " rows");
     const dim3 cluster(1, grid.y, 1);
     auto go_cluster = [&](auto kernel) {
       kernels::launch_with_pdl_in_clusters(kernel, grid, block, smem, stream, cluster, a, ksplit, rows_cap);
@@ -363,19 +339,14 @@ void launch_gemm2(const GemvArgs& args, int64_t tokens, int max_active, cudaStre
   launch<false>(a, tokens, max_active, stream);
 }
 
-bool cluster_combine_applies(const GemvArgs& args, int64_t tokens, bool local_route, bool fused_combine) {
-  return args.cluster_combine && local_route && fused_combine && args.batch_rows == kNarrowRows &&
-         args.stages == kMinStages && tokens * args.top_k <= kClusterSlots;
+bool cluster_combine_valid(int batch_rows, int stages, int64_t tokens, int top_k, bool local_route, bool fused_combine) {
+  return local_route && fused_combine && batch_rows == kNarrowRows && stages == kMinStages &&
+         tokens * top_k <= kClusterSlots;
 }
 
 int blocks_per_slot(const GemvArgs& args, int64_t tokens, int max_active) {
-  const dim3 grid = grid_of(args, tokens, max_active, ksplit_of(args, max_active));
+  const dim3 grid = grid_of(args, tokens, max_active, ksplit_of(args));
   return static_cast<int>(grid.x * grid.z);
-}
-
-int ksplit_for(const GemvArgs& args, int max_active) {
-  if (args.ksplit_override > 0) return args.ksplit_override;
-  return choose_ksplit(args.tiles, args.chunks, max_active, args.sm_count);
 }
 
 }  // namespace mxmoe::gemv

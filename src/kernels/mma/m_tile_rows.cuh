@@ -1,5 +1,5 @@
 #pragma once
-// The start of a Bf16Atom tensor-core block (mma_gemm_kernel.cu, wide_gemm_kernel.cu): wait for the
+// The start of a Bf16Atom tensor-core block (mma_gemm_kernel.cu, swap_gemm_kernel.cu): wait for the
 // predecessors (programmatic dependent launch: the routing and the activations come from them), find
 // the block's m-tile, and the element offset of each of its rows' activations (GEMM1: the token's
 // row; GEMM2: the row itself; -1 for padding rows). False (the whole block) when x is past the last
@@ -9,7 +9,7 @@
 #include "kernels/common/cp_async.cuh"
 #include "kernels/gemv/gemv_layout.hpp"
 #include "kernels/mma/mma_gemm.hpp"
-#include "moe/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 #include "routing/m_tiles.cuh"
 
 namespace mxmoe::mma {

@@ -34,32 +34,19 @@ struct MmaArgs : kernels::GroupedWeights, kernels::GroupedRouting {
 inline constexpr int kBlockN = 256;      // weight rows per block (8 warps x 32)
 inline constexpr int kMaxMTiles = 4;     // m16 tiles per block of the register-decode tiles: kBlockM <= 64
 __host__ __device__ constexpr int block_m(int m_tiles) { return 16 * m_tiles; }
-// The 128-row tile (wide_gemm_kernel.cu): 128 rows x 128 weight rows, each chunk's weights decoded
-// once per block into shared memory. Hopper only (113 KB of shared memory).
-inline constexpr int kWideMTiles = 8;
-inline constexpr int kWideBlockN = 128;
 
 // A tile of the family: its rows of one expert (16 * m_tiles) and its form.
 struct MmaTile {
   int m_tiles;
   bool swap_ab;
-  // Hopper's wgmma tile (sm90/wgmma_gemm.hpp) of 16 * m_tiles rows (2, 4 or 8), the weights on M too; the
-  // planner of a Hopper device picks it, tile_for() never does.
+  // Hopper's wgmma tile (sm90/wgmma_gemm.hpp) of 16 * m_tiles rows (2, 4 or 8), the weights on M too.
   bool wgmma = false;
 };
-// The planner's tile for experts of about `rows_per_expert` rows (without a tune table).
-MmaTile tile_for(double rows_per_expert);
-// Whether this build has the tile (the minimal profile has only 4).
+// Whether this build has the register-decode tile of m_tiles 1, 2 or 4 (the minimal profile has only 4;
+// 128 rows, m_tiles 8, only come in the swap-AB and wgmma forms).
 bool m_tiles_supported(int m_tiles);
-// Whether this build has the tile in its form (the register-decode or shared-memory tile, or swap-AB).
+// Whether this build has the tile in its form (the register-decode tile, or swap-AB).
 bool tile_supported(const MmaTile& tile);
-// The 128-row tile: its shared memory, whether it runs on a device (compute capability major 9 and
-// the shared memory), its shared-memory setting, and its launches (launch_gemm1/2 dispatch to them).
-size_t wide_smem_bytes();
-bool wide_fits(int cc_major, size_t smem_per_block_optin);
-void configure_wide();
-template <bool kGemm1>
-void launch_wide(const MmaArgs& args, int64_t tokens, int max_active, cudaStream_t stream);
 
 // The swap-AB tiles (swap_gemm_kernel.cu): 16 * m_tiles rows of one expert (m_tiles 1, 2, 4 or 8) on
 // the MMA's N side in n8 groups, the weights on M: a warp runs only the groups that hold rows, and a

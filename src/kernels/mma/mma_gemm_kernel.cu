@@ -26,7 +26,7 @@
 #include "kernels/mma/m_tile_rows.cuh"
 #include "kernels/mma/mma_gemm.hpp"
 #include "kernels/mma/weight_stage.cuh"
-#include "moe/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 #include "routing/m_tiles.cuh"
 
 namespace mxmoe::mma {
@@ -154,12 +154,7 @@ void launch(const MmaArgs& a, int64_t tokens, int max_active, int m_tiles, cudaS
 #if defined(MXMOE_MINIMAL)
   MXMOE_REQUIRE(m_tiles == 4, "mma: the minimal profile has only m_tiles 4, got ", m_tiles);
 #else
-  MXMOE_REQUIRE(m_tiles == 1 || m_tiles == 2 || m_tiles == 4 || m_tiles == kWideMTiles,
-                "mma: m_tiles must be 1, 2, 4 or 8, got ", m_tiles);
-  if (m_tiles == kWideMTiles) {
-    launch_wide<kGemm1>(a, tokens, max_active, stream);
-    return;
-  }
+  MXMOE_REQUIRE(m_tiles == 1 || m_tiles == 2 || m_tiles == 4, "mma: m_tiles must be 1, 2 or 4, got ", m_tiles);
 #endif
   const dim3 grid(m_tile_blocks(a, tokens, max_active, block_m(m_tiles)),
                   static_cast<unsigned>((a.tiles + kTilesPerBlock - 1) / kTilesPerBlock));
@@ -181,28 +176,11 @@ void launch(const MmaArgs& a, int64_t tokens, int max_active, int m_tiles, cudaS
 
 }  // namespace
 
-MmaTile tile_for(double rows_per_expert) {
-#if defined(MXMOE_MINIMAL)
-  (void)rows_per_expert;
-  return {4, false};  // the one tile of the minimal profile
-#else
-  // Measured on an H200 (bench --tune and forced tiles, both gpt-oss models, docs/perf-log.md), us per layer:
-  //   below 14 rows per expert: the 16-row swap-AB tile (one call: 120b T = 256, 8 rows, 596 against the
-  //   16-row tile's 655; T = 384, 12 rows, 696 against 772-868; 20b T = 64: 163 / 176);
-  //   14 to 48 rows: the 32-row swap-AB tile (120b T = 1024, 32 rows: 1211, 64-row swap 1300; 20b T = 256:
-  //   319 / 376); from 48 rows: the 64-row swap-AB tile (120b T = 4096, 128 rows: 3684, 32-row swap 3879;
-  //   20b T = 4096: 3216 / 3590).
-  // The other tiles stay for tune tables and MXMOE_MMA_MTILES.
-  if (rows_per_expert < 14) return {1, true};
-  return {rows_per_expert < 48 ? 2 : 4, true};
-#endif
-}
-
 bool m_tiles_supported(int m_tiles) {
 #if defined(MXMOE_MINIMAL)
   return m_tiles == 4;
 #else
-  return m_tiles == 1 || m_tiles == 2 || m_tiles == 4 || m_tiles == kWideMTiles;
+  return m_tiles == 1 || m_tiles == 2 || m_tiles == 4;
 #endif
 }
 

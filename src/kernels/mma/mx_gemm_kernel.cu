@@ -23,7 +23,7 @@
 #include "kernels/mma/mx_fragments.cuh"
 #include "kernels/mma/mx_gemm.hpp"
 #include "kernels/mma/weight_stage.cuh"
-#include "moe/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 #include "mxmoe/scale_layout.hpp"
 #include "routing/m_tiles.cuh"
 

@@ -5,7 +5,7 @@
 
 #include "kernels/common/pdl_launch.cuh"
 #include "kernels/mma/act_stage.cuh"
-#include "moe/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 
 namespace mxmoe::mma {
 namespace {

@@ -41,7 +41,7 @@
 #include "kernels/mma/swap_epilogue.cuh"
 #include "kernels/mma/swap_stage_loads.cuh"
 #include "kernels/mma/weight_stage.cuh"
-#include "moe/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 #include "routing/m_tiles.cuh"
 
 namespace mxmoe::mma {

@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "kernels/common/pdl_launch.cuh"
-#include "moe/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 
 namespace mxmoe::sm90 {
 namespace {

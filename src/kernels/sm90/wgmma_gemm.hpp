@@ -31,6 +31,8 @@ inline constexpr int kBlockWeightRows = 256;
 // compute capability 9.0 device, a build with sm_90a among its architectures, and the shared memory.
 bool wgmma_built();
 bool wgmma_runs(int device);
+// Built and with sm_90a code in this library (what a plan for a Hopper target may use).
+bool wgmma_in_build();
 // Whether `rows` (32, 64 or 128) is a tile of the family.
 bool wgmma_rows_supported(int rows);
 size_t wgmma_smem_bytes(int rows);

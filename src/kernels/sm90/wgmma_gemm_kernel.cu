@@ -33,7 +33,7 @@
 #include "kernels/sm90/chunk_order.hpp"
 #include "kernels/sm90/wgmma_gemm.hpp"
 #include "kernels/sm90/wgmma_stage.cuh"
-#include "moe/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 #include "routing/m_tiles.cuh"
 
 namespace mxmoe::sm90 {
@@ -440,8 +440,10 @@ static bool built_for_sm90a() {
   return false;
 }
 
+bool wgmma_in_build() { return wgmma_built() && built_for_sm90a(); }
+
 bool wgmma_runs(int device) {
-  if (!wgmma_built() || !built_for_sm90a()) return false;
+  if (!wgmma_in_build()) return false;
   int major = 0, minor = 0, optin = 0;
   MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));

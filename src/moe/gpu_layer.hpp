@@ -1,0 +1,54 @@
+#pragma once
+// What every GPU launch sequence reads: the layer's shape and its weights on the device (one upload
+// in the GEMV layout, read by every kernel family), the forward's buffers, and the sequences
+// themselves, one per family (launch_gemv.cpp, launch_mma.cpp, launch_mx.cpp). A sequence executes
+// the plan it is given and decides nothing.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <span>
+
+#include "common/device_buffer.hpp"
+#include "kernels/common/grouped_args.hpp"
+#include "kernels/gemv/gemv_layout.hpp"
+#include "moe/workspace.hpp"
+#include "mxmoe/config.hpp"
+#include "mxmoe/weights.hpp"
+#include "plan/plan.hpp"
+
+namespace mxmoe {
+
+// One GEMM's weights in the GEMV layout on the device.
+struct PackedMatrix {
+  gemv::PackedShape shape;
+  DeviceBuffer packed, bias;
+  bool wide_scales = false;  // some scale byte is > 128 or 0xFF: the kernels' general multiplier path
+};
+
+struct GpuLayer {
+  MoeConfig config;
+  PackedMatrix w1, w2;
+
+  GpuLayer(const MoeConfig& config, const MoeWeights& weights);
+  // One GEMM's weights (gemm1: W1, N = 2I, K = H; else W2, N = H, K = I).
+  void bind_weights(kernels::GroupedWeights& a, bool gemm1) const;
+  // The forward's routing and the SwiGLU constants.
+  void bind_routing(kernels::GroupedRouting& a, const BoundWorkspace& ws) const;
+};
+
+// One forward's inputs, output and buffers; `stages` < 4 stops after route, gemm1 or gemm2 (bench --stages).
+struct ForwardArgs {
+  const uint16_t* hidden;
+  const float* router_logits;
+  int64_t tokens;
+  uint16_t* out;
+  const BoundWorkspace& ws;
+  cudaStream_t stream;
+  int stages;
+};
+
+void run_gemv(const GpuLayer& layer, const plan::Plan& plan, const ForwardArgs& f);
+void run_mma(const GpuLayer& layer, const plan::Plan& plan, const ForwardArgs& f);  // Mma and Wgmma
+void run_mx(const GpuLayer& layer, const plan::Plan& plan, const ForwardArgs& f);
+
+}  // namespace mxmoe

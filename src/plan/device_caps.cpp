@@ -1,0 +1,136 @@
+// DeviceCaps: the named targets (data) and the probe of a real device.
+#include "plan/device_caps.hpp"
+
+#include <cuda_runtime.h>
+
+#include <array>
+#include <sstream>
+
+#include "common/cuda_check.hpp"
+#include "kernels/gemv/gemv.hpp"
+#include "kernels/mma/mma_gemm.hpp"
+#include "kernels/mma/mx_gemm.hpp"
+#include "kernels/sm90/wgmma_gemm.hpp"
+#include "mxmoe/error.hpp"
+#include "plan/planner.hpp"
+
+namespace mxmoe::plan {
+namespace {
+
+constexpr size_t kKiB = 1024, kMiB = 1024 * 1024;
+
+// Datasheet values (FACTS.md §5 and the vendors' pages), except where a comment says measured. Shared
+// memory per block is the opt-in maximum (227 KB on Hopper; 99 KB = 101,376 B on SM120/SM121).
+DeviceCaps hopper(const char* name, double bandwidth) {
+  DeviceCaps c;
+  c.name = name;
+  c.cc_major = 9, c.cc_minor = 0;
+  c.sm_count = 132;
+  c.smem_per_block = 227 * kKiB, c.smem_per_sm = 228 * kKiB;
+  c.l2_bytes = 50 * kMiB;
+  c.bandwidth = bandwidth;
+  c.wgmma = c.clusters = c.bulk_copies = c.fp8_mma_sync = true;
+  return c;
+}
+DeviceCaps sm12x(const char* name, int minor, int sms, size_t l2, double bandwidth) {
+  DeviceCaps c;
+  c.name = name;
+  c.cc_major = 12, c.cc_minor = minor;
+  c.sm_count = sms;
+  c.smem_per_block = 99 * kKiB, c.smem_per_sm = 100 * kKiB;
+  c.l2_bytes = l2;
+  c.bandwidth = bandwidth;
+  // No wgmma, no clusters beyond 1x1x1 (FACTS.md §5); tensor copies, FP8 and block-scaled mma.sync.
+  c.bulk_copies = c.block_scaled_mma = c.fp8_mma_sync = true;
+  return c;
+}
+
+struct Target {
+  std::string_view name;
+  DeviceCaps caps;
+};
+
+const std::array<Target, 5>& targets() {
+  static const std::array<Target, 5> table{{
+      // H100 SXM: 3.35 TB/s (a streaming read measured 3.0 TB/s on a lent H100, FACTS.md §5).
+      {"h100", hopper("h100 (H100 SXM, target)", 3.35e12)},
+      // H200 SXM: 4.8 TB/s (a device-to-device copy measured 4.21 TB/s, FACTS.md §5).
+      {"h200", hopper("h200 (H200 SXM, target)", 4.8e12)},
+      // RTX 5090: 170 SMs, 1.79 TB/s GDDR7, 96 MB L2.
+      {"rtx5090", sm12x("rtx5090 (RTX 5090, target)", 0, 170, 96 * kMiB, 1.79e12)},
+      // RTX PRO 6000 Blackwell: 188 SMs, 1.79 TB/s GDDR7, 128 MB L2.
+      {"rtxpro6000", sm12x("rtxpro6000 (RTX PRO 6000 Blackwell, target)", 0, 188, 128 * kMiB, 1.79e12)},
+      // DGX Spark GB10: 48 SMs, 273 GB/s LPDDR5x shared with the CPU; L2 24 MB (reported, not checked).
+      {"gb10", sm12x("gb10 (DGX Spark GB10, target)", 1, 48, 24 * kMiB, 273e9)},
+  }};
+  return table;
+}
+
+}  // namespace
+
+std::vector<std::string> target_names() {
+  std::vector<std::string> out;
+  for (const Target& t : targets()) out.emplace_back(t.name);
+  return out;
+}
+
+DeviceCaps target_caps(std::string_view name) {
+  std::string valid;
+  for (const Target& t : targets()) {
+    if (t.name == name) {
+      DeviceCaps c = t.caps;
+      c.gemv_static_smem = kStaticSmemAllowance;
+      c.is_target = true;
+      return c;
+    }
+    valid += (valid.empty() ? "" : ", ") + std::string(t.name);
+  }
+  detail::throw_error("target: unknown name '", name, "'; valid targets are: ", valid);
+}
+
+DeviceCaps probe_caps(int device) {
+  cudaDeviceProp prop{};
+  MXMOE_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  int cluster_launch = 0, bus_width = 0, mem_clock_khz = 0;
+  MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, device));
+  MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&bus_width, cudaDevAttrGlobalMemoryBusWidth, device));
+  MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&mem_clock_khz, cudaDevAttrMemoryClockRate, device));
+  DeviceCaps c;
+  c.name = prop.name;
+  c.cc_major = prop.major, c.cc_minor = prop.minor;
+  c.sm_count = prop.multiProcessorCount;
+  c.smem_per_block = prop.sharedMemPerBlockOptin;
+  c.smem_per_sm = prop.sharedMemPerMultiprocessor;
+  c.l2_bytes = static_cast<size_t>(prop.l2CacheSize);
+  c.bandwidth = 2.0 * mem_clock_khz * 1e3 * bus_width / 8;  // double data rate; a lead, not a measurement
+  c.wgmma = prop.major == 9 && prop.minor == 0;
+  // SM120/SM121 take clusters of 1x1x1 only (FACTS.md §5), whatever the launch attribute says.
+  c.clusters = cluster_launch != 0 && prop.major != 12;
+  c.bulk_copies = prop.major >= 9;
+  c.block_scaled_mma = prop.major == 12;
+  c.fp8_mma_sync = prop.major * 10 + prop.minor >= 89;
+  c.gemv_static_smem = gemv::static_smem_bytes();
+  return c;
+}
+
+Fits fits_on_device(int device, const DeviceCaps& caps) {
+  Fits f;
+  f.mma = mma::fits(caps.smem_per_block);
+  f.wgmma = sm90::wgmma_runs(device);
+  f.mx = mma::mx_smem_bytes() <= caps.smem_per_block;
+  return f;
+}
+
+std::string describe(const DeviceCaps& c) {
+  std::ostringstream os;
+  os << c.name << " (" << c.cc_major << "." << c.cc_minor << ", " << c.sm_count << " SMs, "
+     << c.smem_per_block / kKiB << " KB smem/block, L2 " << c.l2_bytes / kMiB << " MB, "
+     << c.bandwidth / 1e9 << " GB/s";
+  for (const auto& [on, what] : {std::pair{c.wgmma, "wgmma"}, std::pair{c.clusters, "clusters"},
+                                 std::pair{c.block_scaled_mma, "block-scaled mma"}, std::pair{c.fp8_mma_sync, "fp8 mma.sync"}})
+    if (on) os << ", " << what;
+  os << ")";
+  return os.str();
+}
+
+}  // namespace mxmoe::plan

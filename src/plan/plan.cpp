@@ -1,0 +1,57 @@
+// Plan::to_string: the plan in words (MXMOE_LOG=plan, mxmoe bench, mxmoe plan, describe_plan).
+#include "plan/plan.hpp"
+
+#include <sstream>
+
+#include "kernels/gemv/gemv.hpp"
+#include "kernels/mma/mma_gemm.hpp"
+#include "kernels/sm90/wgmma_gemm.hpp"
+
+namespace mxmoe::plan {
+
+const char* to_string(Family family) {
+  switch (family) {
+    case Family::Gemv: return "gemv";
+    case Family::Mma: return "mma";
+    case Family::Wgmma: return "wgmma";
+    case Family::Mx: return "mx";
+  }
+  return "?";
+}
+
+std::string Plan::to_string() const {
+  std::ostringstream os;
+  const char* tuned = from_tune_table ? " (tune table)" : "";
+  switch (family) {
+    case Family::Mx:
+      os << (mx_native ? "mx native (block-scaled mma.sync kind::mxf8f6f4)" : "mx emulated (e4m3 mma.sync, scales in fp32)")
+         << " 64x256x128 tiles, MXFP8 expand (RCEIL) before gemm1, "
+         << (mx_expand_intermediate ? "fp32 intermediate + MXFP8 expand before gemm2" : "MXFP8 epilogue in gemm1");
+      break;
+    case Family::Wgmma:  // weights on M (one 16-row tile per warp) x the rows of an expert on N x K
+      os << "wgmma bf16 " << sm90::kBlockWeightRows << "x" << mma::block_m(m_tiles) << "x128 tiles (sm_90a), both gemms"
+         << tuned;
+      break;
+    case Family::Mma:
+      if (swap_ab)  // weights on the MMA's M side: M (weight rows) x N (rows of an expert) x K
+        os << "mma bf16 swap-AB " << (m_tiles == 8 ? 128 : mma::kBlockN) << "x" << mma::block_m(m_tiles)
+           << "x128 tiles, both gemms" << tuned;
+      else
+        os << "mma bf16 " << mma::block_m(m_tiles) << "x" << mma::kBlockN << "x128 tiles, both gemms" << tuned;
+      break;
+    case Family::Gemv:
+      os << "gemv 16x" << batch_rows << " tiles";
+      if (batch_rows == gemv::kWideBatchRows) os << " (256x16 per block)";
+      else os << ", gemm1 ksplit " << ksplit1 << ", gemm2 ksplit " << ksplit2;
+      os << ", " << max_active << " expert slots";
+      if (stages != gemv::kDefaultStages) os << ", ring stages " << stages << "/" << stages;
+      if (local_route) os << ", routed in both gemms";
+      if (fused_combine) os << ", combine in gemm2";
+      if (cluster_combine) os << " (a cluster of the slots)";
+      if (counted) os << ", gemm2 per slot as gemm1 ends it";
+      break;
+  }
+  return os.str();
+}
+
+}  // namespace mxmoe::plan

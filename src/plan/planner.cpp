@@ -1,0 +1,236 @@
+// The planner (planner.hpp): candidates from the build and the caps, the measured preferences and
+// the GEMV split-K cost model, and the comparison per forward.
+#include "plan/planner.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "kernels/gemv/gemv.hpp"
+#include "kernels/gemv/gemv_layout.hpp"
+#include "kernels/mma/mma_gemm.hpp"
+#include "kernels/mma/mx_gemm.hpp"
+#include "kernels/sm90/wgmma_gemm.hpp"
+#include "mxmoe/error.hpp"
+#include "plan/preferences.hpp"
+
+namespace mxmoe::plan {
+namespace {
+
+bool is_mx(Backend b) { return b == Backend::MxEmulated || b == Backend::Mx; }
+
+// m16 tiles and form of a forced tensor-core tile.
+int m_tiles_of(const MmaTileChoice& t) { return t.rows / 16; }
+
+}  // namespace
+
+Fits fits_for_caps(const DeviceCaps& caps) {
+  const size_t room = caps.smem_per_block;
+  auto fit = [&](size_t dynamic) { return dynamic + kTileStaticSmemAllowance <= room; };
+  Fits f;
+  f.mma = true;
+  for (const int m : {1, 2, 4})
+    if (mma::m_tiles_supported(m)) f.mma = f.mma && fit(mma::smem_bytes(m));
+  for (const int m : {1, 2, 4, 8})
+    if (mma::swap_supported(m)) f.mma = f.mma && fit(mma::swap_smem_bytes(m));
+  f.wgmma = caps.wgmma && sm90::wgmma_in_build();
+  for (const int rows : {32, 64, 128})
+    if (f.wgmma) f.wgmma = fit(sm90::wgmma_smem_bytes(rows));
+  f.mx = fit(mma::mx_smem_bytes());
+  return f;
+}
+
+// Split K over more warps when the grid would otherwise leave SMs idle or unevenly loaded: at decode
+// sizes the busiest SM's bytes, not total bandwidth, set the time. The smallest split whose blocks
+// fill the resident slots (within 10%) wins: longer K ranges per warp keep its ring full, and more
+// splits only add reduction work (H200, docs/perf/: gpt-oss-120b T = 3 took 64.0 us with GEMM2 split
+// 4 ways, 61.1 with 1). Below that, a cost model: blocks on the busiest SM x (weight bytes per block +
+// a fixed per-block cost for staging and the reduction). The resident blocks per SM are the GEMV
+// kernels' launch bound (gemv_block.cuh, min_blocks_for): 3 on Hopper, 2 on SM120/SM121.
+int choose_gemv_ksplit(const DeviceCaps& caps, int tiles, int chunks, int max_active) {
+  constexpr int kWarps = 8;  // warps of an 8-row-batch block (gemv_block.cuh, warps_for(1))
+  constexpr int64_t kBlockOverheadBytes = 8192;
+  const int resident_per_sm = caps.cc_major >= 12 ? 2 : 3;
+  const int64_t sms = caps.sm_count;
+  const auto blocks_at = [&](int ksplit) {
+    const int tiles_per_block = kWarps / ksplit;
+    return static_cast<int64_t>((tiles + tiles_per_block - 1) / tiles_per_block) * max_active;
+  };
+  for (int ksplit = 1; ksplit <= kWarps; ksplit *= 2)
+    if (blocks_at(ksplit) * 10 >= int64_t{resident_per_sm} * sms * 9) return ksplit;
+  int best = 1;
+  int64_t best_cost = INT64_MAX;
+  for (int ksplit = 1; ksplit <= kWarps; ksplit *= 2) {
+    const int64_t per_sm = (blocks_at(ksplit) + sms - 1) / sms;
+    const int64_t cost = per_sm * (int64_t{kWarps / ksplit} * chunks * gemv::kChunkWeightBytes + kBlockOverheadBytes);
+    if (cost < best_cost) best = ksplit, best_cost = cost;
+  }
+  return best;
+}
+
+Planner::Planner(PlannerInput input) : in_(std::move(input)) {
+  const DeviceCaps& c = in_.caps;
+  const PlanOverride& f = in_.force;
+  const MoeConfig& cfg = in_.config;
+  const Backend b = in_.backend;
+  MXMOE_REQUIRE(b == Backend::Auto || b == Backend::Gemv || b == Backend::Mma || is_mx(b), "backend: '",
+                to_string(b), "' is not a GPU backend");
+  const size_t room = c.smem_per_block, static_smem = c.gemv_static_smem;
+  const int k_max = gemv::max_k(room, static_smem);
+  MXMOE_REQUIRE(cfg.hidden <= k_max, "hidden: ", cfg.hidden, " is above the GEMV family's limit of ", k_max, " on ",
+                c.name);
+  MXMOE_REQUIRE(cfg.intermediate <= k_max, "intermediate: ", cfg.intermediate, " is above the GEMV family's limit of ",
+                k_max, " on ", c.name);
+  // The GEMV ring depth.
+  stages_ = gemv::kDefaultStages;
+  if (f.gemv_stages) {
+    MXMOE_REQUIRE(gemv::stages_built(*f.gemv_stages), "MXMOE_PLAN stages=", *f.gemv_stages,
+                  ": not built in this (minimal) profile; it has ", gemv::kDefaultStages);
+    for (const int k : {cfg.hidden, cfg.intermediate})
+      MXMOE_REQUIRE(gemv::stages_fit(k, *f.gemv_stages, room, static_smem), "MXMOE_PLAN stages=", *f.gemv_stages,
+                    ": does not fit the shared memory of ", c.name, " at K = ", k);
+    stages_ = *f.gemv_stages;
+  }
+  // The MX backends' device requirements.
+  if (is_mx(b)) {
+    const mma::MxAtom atom = b == Backend::Mx ? mma::MxAtom::Native : mma::MxAtom::Emulated;
+    MXMOE_REQUIRE(mma::mx_supported(atom, c.cc_major, c.cc_minor), "backend: '", to_string(b), "' needs ",
+                  b == Backend::Mx ? "an SM120/SM121 GPU (compute capability 12.x)" : "compute capability 8.9 or newer",
+                  ", ", c.name, " is ", c.cc_major, ".", c.cc_minor);
+    MXMOE_REQUIRE(in_.fits.mx, "backend: '", to_string(b), "' needs ", mma::mx_smem_bytes(),
+                  " bytes of shared memory per block; ", c.name, " allows ", room);
+  }
+  // The GEMV family's 16-row batch where its staged rows fit and the ring has the default depth.
+  wide_batch_ok_ = stages_ == gemv::kDefaultStages && gemv::wide_batch_fits(cfg.hidden, room, static_smem) &&
+                   gemv::wide_batch_fits(cfg.intermediate, room, static_smem);
+  if (!wide_batch_ok_) notes_.push_back("gemv 16-row batch: not built, not at this ring depth, or does not fit");
+  MXMOE_REQUIRE(f.gemv_batch_rows.value_or(8) != gemv::kWideBatchRows || wide_batch_ok_, "MXMOE_PLAN batch=16: ",
+                "needs the full build profile, ", gemv::kDefaultStages, " ring stages and room for 16 staged rows of K = ",
+                std::max(cfg.hidden, cfg.intermediate), " in ", c.name, "'s shared memory (", room, " bytes per block)");
+  local_route_tokens_ = f.local_route_tokens.value_or(kDefaultLocalRouteTokens);
+  fused_combine_tokens_ = f.fused_combine_tokens.value_or(kDefaultFusedCombineTokens);
+  cluster_combine_ = f.cluster_combine.value_or(true) && c.clusters;
+  if (!c.clusters) notes_.push_back("gemv cluster combine: no thread-block clusters on " + c.name);
+  // The tensor-core families.
+  if (!in_.fits.mma) notes_.push_back("mma family: its tiles do not fit " + std::to_string(room) + " bytes per block");
+  MXMOE_REQUIRE(in_.fits.mma || b != Backend::Mma, "backend: 'mma' needs ", mma::smem_bytes(4),
+                " bytes of shared memory per block; ", c.name, " allows ", room);
+  wgmma_ok_ = in_.fits.mma && in_.fits.wgmma;
+  if (!wgmma_ok_)
+    notes_.push_back(c.wgmma ? "wgmma tiles: not in this build (sm_90a, full profile) or do not fit"
+                             : "wgmma tiles: no wgmma on " + c.name);
+  if (f.mma_tile) {
+    const MmaTileChoice t = *f.mma_tile;
+    const std::string key = "MXMOE_PLAN mma=" + to_string(t);
+    switch (t.form) {
+      case MmaForm::Plain:
+        MXMOE_REQUIRE(mma::m_tiles_supported(m_tiles_of(t)), key, ": not built in this (minimal) profile");
+        break;
+      case MmaForm::SwapAb:
+        MXMOE_REQUIRE(mma::swap_supported(m_tiles_of(t)), key, ": the swap-AB tiles are not built in this (minimal) profile");
+        break;
+      case MmaForm::Wgmma:
+        MXMOE_REQUIRE(wgmma_ok_, key, ": the wgmma tiles need a compute capability 9.0 GPU and a build with sm_90a ",
+                      "in its full profile");
+        MXMOE_REQUIRE(f.wgmma.value_or(true), key, ": contradicts wgmma=0");
+        break;
+    }
+  }
+  if (in_.tune && !in_.tune->matches(c.name, std::to_string(c.cc_major) + "." + std::to_string(c.cc_minor), cfg)) {
+    notes_.push_back("tune table: for another device or shape (" + in_.tune->device + "), ignored");
+    in_.tune.reset();
+  }
+}
+
+double Planner::rows_per_expert(int64_t tokens) const {
+  const int64_t pairs = tokens * in_.config.top_k;
+  return pairs == 0 ? 0.0 : static_cast<double>(pairs) / static_cast<double>(std::min<int64_t>(in_.config.num_experts, pairs));
+}
+
+// The tensor-core family when forced (the mma backend), or, under Auto where its tiles fit, where
+// the tune table or the preference table says so.
+bool Planner::uses_tensor_cores(double rows) const {
+  if (in_.backend == Backend::Mma) return true;
+  if (in_.backend != Backend::Auto || !in_.fits.mma) return false;
+  if (in_.tune) return in_.tune->plan_for(rows).mma;
+  const auto table = tile_preferences(wgmma_ok_ && in_.force.wgmma.value_or(true));
+  Family family = table.front().family;
+  for (const TilePreference& p : table)
+    if (rows >= p.min_rows) family = p.family;
+  return family != Family::Gemv;
+}
+
+// The tensor-core tile: forced, else the tune table's (where this build has it and it runs here), else
+// the preference table's row for these rows (its first tensor-core row below that), else, where the
+// build lacks that tile (the minimal profile), the 64-row register-decode tile every build has.
+void Planner::choose_tile(double rows, Plan& p) const {
+  const bool wgmma_allowed = wgmma_ok_ && in_.force.wgmma.value_or(true);
+  auto set = [&](Family family, int m_tiles, bool swap_ab) {
+    p.family = family, p.m_tiles = m_tiles, p.swap_ab = swap_ab;
+  };
+  if (const auto& t = in_.force.mma_tile) {
+    set(t->form == MmaForm::Wgmma ? Family::Wgmma : Family::Mma, m_tiles_of(*t), t->form == MmaForm::SwapAb);
+    return;
+  }
+  if (in_.tune) {
+    const TunePlan& t = in_.tune->plan_for(rows);
+    p.from_tune_table = true;
+    if (t.mma && t.wgmma && wgmma_allowed) return set(Family::Wgmma, t.m_tiles, false);
+    if (t.mma && !t.wgmma && mma::tile_supported({t.m_tiles, t.swap_ab}) && (t.swap_ab || t.m_tiles != 8))
+      return set(Family::Mma, t.m_tiles, t.swap_ab);
+    p.from_tune_table = false;
+  }
+  const TilePreference* pick = nullptr;
+  for (const TilePreference& row : tile_preferences(wgmma_allowed))
+    if (row.family != Family::Gemv && (pick == nullptr || rows >= row.min_rows)) pick = &row;
+  if (pick->family == Family::Mma && !mma::tile_supported({pick->m_tiles, pick->swap_ab})) return set(Family::Mma, 4, false);
+  set(pick->family, pick->m_tiles, pick->swap_ab);
+}
+
+void Planner::choose_gemv(int64_t tokens, double rows, Plan& p) const {
+  const PlanOverride& f = in_.force;
+  p.family = Family::Gemv;
+  p.stages = stages_;
+  p.local_route = tokens <= local_route_tokens_;
+  p.fused_combine = tokens <= fused_combine_tokens_;
+  // GEMM2 per slot as GEMM1 ends it, where a route kernel and a combine kernel run.
+  p.counted = !p.local_route && !p.fused_combine && f.gemv_counted.value_or(tokens <= kCountedMaxTokens);
+  if (f.gemv_batch_rows) p.batch_rows = *f.gemv_batch_rows;
+  else if (!wide_batch_ok_) p.batch_rows = 8;
+  else if (in_.tune && !in_.tune->plan_for(rows).mma) p.batch_rows = in_.tune->plan_for(rows).batch_rows;
+  else p.batch_rows = rows >= kWideBatchMinRows ? gemv::kWideBatchRows : 8;
+  p.ksplit1 = p.ksplit2 = 1;
+  if (p.batch_rows == 8) {
+    const MoeConfig& cfg = in_.config;
+    const gemv::PackedShape w1 = gemv::packed_shape(2 * int64_t{cfg.intermediate}, cfg.hidden / 32);
+    const gemv::PackedShape w2 = gemv::packed_shape(cfg.hidden, cfg.intermediate / 32);
+    p.ksplit1 = f.gemv_ksplit.value_or(
+        choose_gemv_ksplit(in_.caps, static_cast<int>(w1.tiles), static_cast<int>(w1.chunks), p.max_active));
+    p.ksplit2 = f.gemv_ksplit.value_or(
+        choose_gemv_ksplit(in_.caps, static_cast<int>(w2.tiles), static_cast<int>(w2.chunks), p.max_active));
+  }
+  // GEMM2's combine through a cluster of the slots, where the device has clusters and it applies.
+  p.cluster_combine = cluster_combine_ && gemv::cluster_combine_valid(p.batch_rows, p.stages, tokens, in_.config.top_k,
+                                                                      p.local_route, p.fused_combine);
+}
+
+Plan Planner::plan(int64_t tokens) const {
+  MXMOE_REQUIRE(tokens >= 0, "tokens: must be >= 0, got ", tokens);
+  Plan p;
+  p.backend = in_.backend;
+  p.tokens = tokens;
+  p.max_active = static_cast<int>(std::min<int64_t>(in_.config.num_experts, tokens * in_.config.top_k));
+  if (is_mx(in_.backend)) {
+    p.family = Family::Mx;
+    p.mx_native = in_.backend == Backend::Mx;
+    p.mx_expand_intermediate = in_.force.mx_expand_intermediate.value_or(false);
+    return p;
+  }
+  const double rows = rows_per_expert(tokens);
+  if (uses_tensor_cores(rows)) choose_tile(rows, p);
+  else choose_gemv(tokens, rows, p);
+  return p;
+}
+
+}  // namespace mxmoe::plan

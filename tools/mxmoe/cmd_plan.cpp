@@ -1,0 +1,72 @@
+// `mxmoe plan`: the plan of every forward for a named target or the GPU at hand, on any machine (no
+// GPU needed with --target): which family and tile, the GEMV split-K, local routing, the combine.
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <memory>
+#include <optional>
+
+#include "cli_common.hpp"
+#include "mxmoe/device.hpp"
+#include "mxmoe/error.hpp"
+#include "mxmoe/plan_override.hpp"
+#include "plan/device_caps.hpp"
+#include "plan/planner.hpp"
+
+namespace mxmoe::cli {
+namespace {
+
+struct PlanOptions {
+  std::string target;
+  std::string preset = "gpt-oss-120b";
+  std::vector<int64_t> tokens = {0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096};
+  std::string backend = "auto";
+  std::string plan;
+};
+
+int run_plan(const PlanOptions& o) {
+  const MoeConfig config = MoeConfig::preset(o.preset);
+  plan::PlannerInput in;
+  if (!o.target.empty()) {
+    in.caps = plan::target_caps(o.target);
+    in.fits = plan::fits_for_caps(in.caps);
+  } else {
+    MXMOE_REQUIRE(gpu_available(), "--target: no usable GPU here (", probe().no_gpu_reason, "); name a target: ",
+                  joined(plan::target_names()));
+    in.caps = plan::probe_caps(0);
+    in.fits = plan::fits_on_device(0, in.caps);
+  }
+  in.config = config;
+  in.backend = parse_backend(o.backend);
+  MXMOE_REQUIRE(in.backend != Backend::Reference, "--backend: 'reference' has no GPU plan");
+  in.force = parse_plan_override(o.plan, "--plan");
+  const plan::Planner planner(in);
+  std::cout << "plan: " << describe_shape(config) << ", backend " << o.backend << "\n";
+  std::cout << "device: " << plan::describe(in.caps) << (in.caps.is_target ? "" : " (probed)") << "\n";
+  for (const std::string& note : planner.notes()) std::cout << "  not a candidate: " << note << "\n";
+  for (const int64_t t : o.tokens) std::cout << "T = " << t << ": " << planner.plan(t).to_string() << "\n";
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app, int& exit_code) {
+  CLI::App* cmd = app.add_subcommand(
+      "plan", "Print the planner's choice per batch size for a named target (no GPU needed) or the GPU at hand");
+  auto o = std::make_shared<PlanOptions>();
+  cmd->add_option("--target", o->target, "Target: " + joined(plan::target_names()) + " (default: the GPU at hand)")
+      ->check(CLI::IsMember(plan::target_names()));
+  cmd->add_option("--preset", o->preset, "Model shape: " + joined(MoeConfig::preset_names()))
+      ->capture_default_str()
+      ->check(CLI::Validator(validate_preset_name, "PRESET", "preset"));
+  cmd->add_option("--tokens", o->tokens, "Batch sizes")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  cmd->add_option("--backend", o->backend, "GPU backend: auto, gemv, mma, mx-emulated, mx")
+      ->capture_default_str()
+      ->check(CLI::Validator(validate_backend_name, "BACKEND", "backend"));
+  cmd->add_option("--plan", o->plan, "Force parts of the plan, as MXMOE_PLAN (e.g. mma=swap32,ksplit=4)");
+  cmd->callback([o, &exit_code] { exit_code = run_plan(*o); });
+}
+
+}  // namespace mxmoe::cli
