@@ -16,7 +16,7 @@
 #include "kernels/sm90/wgmma_gemm.hpp"
 #include "moe/backend.hpp"
 #include "moe/gpu_layer.hpp"
-#include "moe/tune_table.hpp"
+#include "plan/tune_table.hpp"
 #include "moe/workspace.hpp"
 #include "mxmoe/error.hpp"
 #include "plan/planner.hpp"

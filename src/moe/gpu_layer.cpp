@@ -1,7 +1,7 @@
 // GpuLayer: the weights uploaded once in the GEMV layout, and the argument binding every family shares.
 #include "moe/gpu_layer.hpp"
 
-#include "moe/expert_packing.hpp"
+#include "layout/expert_packing.hpp"
 
 namespace mxmoe {
 namespace {

@@ -10,7 +10,7 @@
 
 #include "common/device_buffer.hpp"
 #include "kernels/common/grouped_args.hpp"
-#include "kernels/gemv/gemv_layout.hpp"
+#include "layout/gemv_layout.hpp"
 #include "moe/workspace.hpp"
 #include "mxmoe/config.hpp"
 #include "mxmoe/weights.hpp"

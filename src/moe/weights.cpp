@@ -8,7 +8,7 @@
 
 #include "mxmoe/error.hpp"
 #include "mxmoe/formats.hpp"
-#include "moe/parallel_for.hpp"
+#include "common/parallel_for.hpp"
 
 namespace mxmoe {
 namespace {

@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "kernels/gemv/gemv.hpp"
-#include "kernels/gemv/gemv_layout.hpp"
+#include "layout/gemv_layout.hpp"
 #include "kernels/mma/mma_gemm.hpp"
 #include "kernels/mma/mx_gemm.hpp"
 #include "kernels/sm90/wgmma_gemm.hpp"

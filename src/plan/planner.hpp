@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "moe/tune_table.hpp"
+#include "plan/tune_table.hpp"
 #include "mxmoe/config.hpp"
 #include "mxmoe/plan_override.hpp"
 #include "mxmoe/runner.hpp"

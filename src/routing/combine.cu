@@ -2,8 +2,8 @@
 // in fp32 (bitwise reproducible), bf16 out.
 #include <cuda_bf16.h>
 
-#include "kernels/common/bf16_pack.cuh"
-#include "kernels/common/pdl_launch.cuh"
+#include "common/bf16_pack.cuh"
+#include "common/pdl_launch.cuh"
 #include "common/cuda_check.hpp"
 #include "routing/routing.hpp"
 

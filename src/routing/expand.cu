@@ -1,11 +1,11 @@
 // bf16 -> MXFP8 expand (expand.hpp): one block per m-tile of 128 padded rows, one thread per
 // (row, 32-element block). The quantisation is the CPU reference's bit for bit (common/mxfp8_quant.cuh).
-#include "kernels/common/mxfp8_quant.cuh"
-#include "kernels/common/pdl_launch.cuh"
+#include "common/mxfp8_quant.cuh"
+#include "common/pdl_launch.cuh"
 #include "common/cuda_check.hpp"
 #include "mxmoe/scale_layout.hpp"
 #include "routing/expand.hpp"
-#include "routing/m_tiles.cuh"
+#include "common/m_tiles.cuh"
 
 namespace mxmoe::routing {
 namespace {

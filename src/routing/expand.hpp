@@ -5,7 +5,7 @@
 // (FACTS.md §4), in one pass: no standalone quantisation kernel.
 //
 // Each active expert's rows start at a multiple of 128 in the output: expert j's padded rows begin
-// at 128 x (the m-tiles of 128 rows of the experts before it; routing/m_tiles.cuh), so the scales of
+// at 128 x (the m-tiles of 128 rows of the experts before it; common/m_tiles.cuh), so the scales of
 // all experts form one swizzled matrix whose per-expert parts are the matrices of FACTS.md §4
 // (grouped_scale_offsets gives the same offsets). Padding rows are written: codes 0, scales 0; so are
 // the padding k-blocks' scales.

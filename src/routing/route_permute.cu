@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <climits>
 
-#include "kernels/common/pdl_launch.cuh"
+#include "common/pdl_launch.cuh"
 #include "common/cuda_check.hpp"
 #include "routing/routing.hpp"
-#include "routing/warp_topk.cuh"
+#include "common/warp_topk.cuh"
 
 namespace mxmoe::routing {
 namespace {

@@ -10,9 +10,9 @@
 #include <tuple>
 #include <vector>
 
-#include "kernels/gemv/gemv_layout.hpp"
-#include "moe/expert_packing.hpp"
-#include "moe/parallel_for.hpp"
+#include "layout/gemv_layout.hpp"
+#include "layout/expert_packing.hpp"
+#include "common/parallel_for.hpp"
 #include "mxmoe/error.hpp"
 #include "test_support.hpp"
 

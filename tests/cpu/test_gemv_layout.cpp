@@ -8,9 +8,9 @@
 #include <set>
 #include <vector>
 
-#include "kernels/common/mx_decode.cuh"
+#include "layout/mx_decode.cuh"
 #include "kernels/gemv/gemv.hpp"
-#include "kernels/gemv/gemv_layout.hpp"
+#include "layout/gemv_layout.hpp"
 #include "mxmoe/error.hpp"
 #include "mxmoe/formats.hpp"
 #include "test_support.hpp"

@@ -15,7 +15,7 @@
 #include <random>
 #include <vector>
 
-#include "kernels/gemv/gemv_layout.hpp"
+#include "layout/gemv_layout.hpp"
 #include "kernels/mma/mx_fragments.cuh"
 #include "mxmoe/formats.hpp"
 #include "mxmoe/scale_layout.hpp"

@@ -11,7 +11,7 @@
 #include "kernels/mma/mma_gemm.hpp"
 #include "kernels/mma/mx_gemm.hpp"
 #include "kernels/sm90/wgmma_gemm.hpp"
-#include "moe/tune_table.hpp"
+#include "plan/tune_table.hpp"
 #include "mxmoe/config.hpp"
 #include "mxmoe/error.hpp"
 #include "plan/planner.hpp"

@@ -1,4 +1,4 @@
-// The planner's preference table (moe/tune_table.hpp): parsing, selection, round trip, and every
+// The planner's preference table (plan/tune_table.hpp): parsing, selection, round trip, and every
 // malformed table refused with an Error naming the field.
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 #include <fstream>
 #include <string>
 
-#include "moe/tune_table.hpp"
+#include "plan/tune_table.hpp"
 #include "mxmoe/error.hpp"
 #include "test_support.hpp"
 

@@ -25,7 +25,7 @@
 #include "kernels/sm90/wgmma_gemm.hpp"
 #include "common/device_buffer.hpp"
 #include "moe/gpu_monitor.hpp"
-#include "moe/tune_table.hpp"
+#include "plan/tune_table.hpp"
 #include "mxmoe/mxmoe.hpp"
 
 #ifndef MXMOE_GIT_COMMIT
@@ -225,7 +225,7 @@ void progress(size_t done, size_t total, const std::string& what) {
 // --tune: every batch size timed with each kernel family and tile the planner can choose (GEMV with
 // 8- and 16-row batches; the tensor-core family with 16, 32 and 64-row tiles, the swap-AB
 // tiles of 16, 32, 64 and 128 rows and, on Hopper, the wgmma tiles of 32, 64 and 128 rows), the fastest
-// kept, and the choices written as the preference table (moe/tune_table.hpp) that the runner reads
+// kept, and the choices written as the preference table (plan/tune_table.hpp) that the runner reads
 // from RunnerOptions::tune_file or MXMOE_TUNE_FILE. Each candidate is forced through RunnerOptions::plan
 // (mxmoe/plan_override.hpp). Boundaries between choices sit at the geometric mean of the rows per
 // expert of the batch sizes on either side.

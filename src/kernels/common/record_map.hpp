@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "kernels/common/grouped_args.hpp"
-#include "kernels/gemv/gemv_layout.hpp"
+#include "layout/gemv_layout.hpp"
 
 namespace mxmoe::kernels {
 

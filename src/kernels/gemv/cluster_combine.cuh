@@ -9,11 +9,11 @@
 
 #include <cstdint>
 
-#include "kernels/common/bf16_pack.cuh"
+#include "common/bf16_pack.cuh"
 #include "kernels/common/bulk_copy.cuh"
 #include "kernels/gemv/gemv.hpp"
 #include "kernels/gemv/gemv_block.cuh"
-#include "kernels/gemv/gemv_layout.hpp"
+#include "layout/gemv_layout.hpp"
 
 namespace mxmoe::gemv {
 

@@ -7,12 +7,12 @@
 #include <climits>
 #include <cstdint>
 
-#include "kernels/common/bf16_pack.cuh"
+#include "common/bf16_pack.cuh"
 #include "kernels/common/bulk_copy.cuh"
 #include "kernels/gemv/gemv.hpp"
 #include "kernels/gemv/gemv_device.cuh"
-#include "kernels/gemv/gemv_layout.hpp"
-#include "routing/warp_topk.cuh"
+#include "layout/gemv_layout.hpp"
+#include "common/warp_topk.cuh"
 
 namespace mxmoe::gemv {
 

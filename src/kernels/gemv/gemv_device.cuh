@@ -6,9 +6,9 @@
 #include <cstdint>
 
 #include "kernels/common/mma_bf16.cuh"
-#include "kernels/common/mx_decode.cuh"
+#include "layout/mx_decode.cuh"
 #include "kernels/common/shared_load.cuh"
-#include "kernels/gemv/gemv_layout.hpp"
+#include "layout/gemv_layout.hpp"
 
 namespace mxmoe::gemv {
 

@@ -17,12 +17,12 @@
 
 #include "kernels/common/bulk_copy.cuh"
 #include "kernels/common/gpu_atomics.cuh"
-#include "kernels/common/pdl_launch.cuh"
+#include "common/pdl_launch.cuh"
 #include "kernels/common/static_smem.hpp"
 #include "kernels/gemv/gemv.hpp"
 #include "kernels/gemv/cluster_combine.cuh"
 #include "kernels/gemv/gemv_block.cuh"
-#include "kernels/gemv/gemv_layout.hpp"
+#include "layout/gemv_layout.hpp"
 #include "common/cuda_check.hpp"
 
 namespace mxmoe::gemv {

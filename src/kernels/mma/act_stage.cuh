@@ -9,7 +9,7 @@
 // (Bf16Atom::decode); to_pairs() puts the activations' 8 elements of that word in the same order.
 #include <cstdint>
 
-#include "kernels/gemv/gemv_layout.hpp"
+#include "layout/gemv_layout.hpp"
 
 namespace mxmoe::mma {
 

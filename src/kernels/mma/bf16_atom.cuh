@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "kernels/common/mma_bf16.cuh"
-#include "kernels/common/mx_decode.cuh"
+#include "layout/mx_decode.cuh"
 #include "kernels/gemv/gemv_device.cuh"
 
 namespace mxmoe::mma {

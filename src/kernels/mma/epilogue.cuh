@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "kernels/gemv/gemv_device.cuh"
-#include "kernels/gemv/gemv_layout.hpp"
+#include "layout/gemv_layout.hpp"
 
 namespace mxmoe::mma {
 

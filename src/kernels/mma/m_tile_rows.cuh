@@ -7,10 +7,10 @@
 #include <cstdint>
 
 #include "kernels/common/cp_async.cuh"
-#include "kernels/gemv/gemv_layout.hpp"
+#include "layout/gemv_layout.hpp"
 #include "kernels/mma/mma_gemm.hpp"
 #include "common/cuda_check.hpp"
-#include "routing/m_tiles.cuh"
+#include "common/m_tiles.cuh"
 
 namespace mxmoe::mma {
 

@@ -15,10 +15,10 @@
 #include <algorithm>
 
 #include "kernels/common/cp_async.cuh"
-#include "kernels/common/pdl_launch.cuh"
+#include "common/pdl_launch.cuh"
 #include "kernels/common/static_smem.hpp"
 #include "kernels/gemv/gemv_device.cuh"
-#include "kernels/gemv/gemv_layout.hpp"
+#include "layout/gemv_layout.hpp"
 #include "kernels/mma/act_stage.cuh"
 #include "kernels/mma/bf16_atom.cuh"
 #include "kernels/mma/chunk_pipeline.cuh"
@@ -27,7 +27,7 @@
 #include "kernels/mma/mma_gemm.hpp"
 #include "kernels/mma/weight_stage.cuh"
 #include "common/cuda_check.hpp"
-#include "routing/m_tiles.cuh"
+#include "common/m_tiles.cuh"
 
 namespace mxmoe::mma {
 namespace {

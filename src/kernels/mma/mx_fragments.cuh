@@ -15,7 +15,7 @@
 // feed an emulation of the PTX fragment tables with these functions, the scale wiring below included.
 #include <cstdint>
 
-#include "kernels/common/mx_decode.cuh"
+#include "layout/mx_decode.cuh"
 
 namespace mxmoe::mma {
 

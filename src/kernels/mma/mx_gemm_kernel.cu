@@ -14,9 +14,9 @@
 #include <algorithm>
 
 #include "kernels/common/cp_async.cuh"
-#include "kernels/common/mxfp8_quant.cuh"
-#include "kernels/common/pdl_launch.cuh"
-#include "kernels/gemv/gemv_layout.hpp"
+#include "common/mxfp8_quant.cuh"
+#include "common/pdl_launch.cuh"
+#include "layout/gemv_layout.hpp"
 #include "kernels/mma/chunk_pipeline.cuh"
 #include "kernels/mma/epilogue.cuh"
 #include "kernels/mma/mx_atoms.cuh"
@@ -25,7 +25,7 @@
 #include "kernels/mma/weight_stage.cuh"
 #include "common/cuda_check.hpp"
 #include "mxmoe/scale_layout.hpp"
-#include "routing/m_tiles.cuh"
+#include "common/m_tiles.cuh"
 
 namespace mxmoe::mma {
 namespace {

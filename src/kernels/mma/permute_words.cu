@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "kernels/common/pdl_launch.cuh"
+#include "common/pdl_launch.cuh"
 #include "kernels/mma/act_stage.cuh"
 #include "common/cuda_check.hpp"
 

@@ -12,7 +12,7 @@
 #include <cstdint>
 
 #include "kernels/gemv/gemv_device.cuh"
-#include "kernels/gemv/gemv_layout.hpp"
+#include "layout/gemv_layout.hpp"
 #include "kernels/mma/epilogue.cuh"
 
 namespace mxmoe::mma {

@@ -25,13 +25,13 @@
 #include <algorithm>
 
 #include "kernels/common/gpu_atomics.cuh"
-#include "kernels/common/pdl_launch.cuh"
+#include "common/pdl_launch.cuh"
 #include "kernels/common/shared_load.cuh"
 #include "kernels/common/static_smem.hpp"
 #include "kernels/common/record_map.hpp"
 #include "kernels/common/tma.cuh"
 #include "kernels/gemv/gemv_device.cuh"
-#include "kernels/gemv/gemv_layout.hpp"
+#include "layout/gemv_layout.hpp"
 #include "kernels/mma/act_stage.cuh"
 #include "kernels/mma/bf16_atom.cuh"
 #include "kernels/mma/chunk_pipeline.cuh"
@@ -42,7 +42,7 @@
 #include "kernels/mma/swap_stage_loads.cuh"
 #include "kernels/mma/weight_stage.cuh"
 #include "common/cuda_check.hpp"
-#include "routing/m_tiles.cuh"
+#include "common/m_tiles.cuh"
 
 namespace mxmoe::mma {
 namespace {

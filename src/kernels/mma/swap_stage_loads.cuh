@@ -18,7 +18,7 @@
 
 #include "kernels/common/cp_async.cuh"
 #include "kernels/common/tma.cuh"
-#include "kernels/gemv/gemv_layout.hpp"
+#include "layout/gemv_layout.hpp"
 #include "kernels/mma/act_stage.cuh"
 #include "kernels/mma/m_tile_rows.cuh"
 #include "kernels/mma/mma_gemm.hpp"

@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "kernels/common/cp_async.cuh"
-#include "kernels/gemv/gemv_layout.hpp"
+#include "layout/gemv_layout.hpp"
 
 namespace mxmoe::mma {
 

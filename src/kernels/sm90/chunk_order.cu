@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "kernels/common/pdl_launch.cuh"
+#include "common/pdl_launch.cuh"
 #include "common/cuda_check.hpp"
 
 namespace mxmoe::sm90 {

@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-#include "kernels/gemv/gemv_layout.hpp"
+#include "layout/gemv_layout.hpp"
 #include "kernels/mma/permute_words.hpp"
 
 namespace mxmoe::sm90 {

@@ -22,11 +22,11 @@
 #include <type_traits>
 
 #include "kernels/common/cp_async.cuh"
-#include "kernels/common/pdl_launch.cuh"
+#include "common/pdl_launch.cuh"
 #include "kernels/common/static_smem.hpp"
 #include "kernels/common/tensor_map.hpp"
 #include "kernels/common/wgmma.cuh"
-#include "kernels/gemv/gemv_layout.hpp"
+#include "layout/gemv_layout.hpp"
 #include "kernels/mma/bf16_atom.cuh"
 #include "kernels/mma/m_tile_rows.cuh"
 #include "kernels/mma/swap_epilogue.cuh"
@@ -34,7 +34,7 @@
 #include "kernels/sm90/wgmma_gemm.hpp"
 #include "kernels/sm90/wgmma_stage.cuh"
 #include "common/cuda_check.hpp"
-#include "routing/m_tiles.cuh"
+#include "common/m_tiles.cuh"
 
 namespace mxmoe::sm90 {
 namespace {

@@ -17,7 +17,7 @@
 
 #include "kernels/common/record_map.hpp"
 #include "kernels/common/tma.cuh"
-#include "kernels/gemv/gemv_layout.hpp"
+#include "layout/gemv_layout.hpp"
 
 namespace mxmoe::sm90 {
 

@@ -1,12 +1,12 @@
 #pragma once
 // The weight upload's host side: every expert of one GEMM repacked from the checkpoint layout into a
-// kernel layout, the experts in parallel (moe/parallel_for.hpp), into one host buffer to copy.
+// kernel layout, the experts in parallel (common/parallel_for.hpp), into one host buffer to copy.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
 
-#include "kernels/gemv/gemv_layout.hpp"
+#include "layout/gemv_layout.hpp"
 
 namespace mxmoe {
 

@@ -1,6 +1,6 @@
-#include "moe/expert_packing.hpp"
+#include "layout/expert_packing.hpp"
 
-#include "moe/parallel_for.hpp"
+#include "common/parallel_for.hpp"
 #include "mxmoe/error.hpp"
 
 namespace mxmoe {

@@ -1,5 +1,5 @@
 // The planner's preference table (tune_table.hpp): parsing, validation, selection.
-#include "moe/tune_table.hpp"
+#include "plan/tune_table.hpp"
 
 #include <filesystem>
 #include <fstream>

@@ -1,8 +1,8 @@
-#include "kernels/gemv/gemv_layout.hpp"
+#include "layout/gemv_layout.hpp"
 
 #include <cstring>
 
-#include "kernels/common/mx_decode.cuh"
+#include "layout/mx_decode.cuh"
 #include "mxmoe/error.hpp"
 
 namespace mxmoe::gemv {
