@@ -54,6 +54,11 @@ struct RunnerOptions {
   std::string tune_file;
   // Print each forward's plan to stderr; also on with MXMOE_LOG=plan.
   bool log_plan = false;
+  // Plan for a named target (h100, h200, rtx5090, rtxpro6000, gb10) instead of the device at hand, and
+  // run that plan here: on a Hopper GPU an SM120/SM121 target's plan runs with the emulated MX atom in
+  // place of the native one, and its kernels may be confined to the target's SM count by running them
+  // in a GreenContext's stream (moe/green_context.hpp; `mxmoe bench --target` does).
+  std::string target;
   // A 0xFF (NaN) weight scale byte: an Error naming the tensor and block (default; a gpt-oss
   // checkpoint has none, so one means corruption), or, when allowed, the MX semantics: that block's
   // outputs are NaN.

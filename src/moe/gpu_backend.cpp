@@ -39,6 +39,16 @@ plan::PlannerInput planner_input(int device, Backend backend, const MoeConfig& c
   plan::PlannerInput in;
   in.caps = plan::probe_caps(device);
   in.fits = plan::fits_on_device(device, in.caps);
+  if (!options.target.empty()) {
+    // A target's plan, run here: what its tiles need of the target (the planner's view), and this
+    // device must run them too.
+    const plan::Fits here = in.fits;
+    in.caps = plan::target_caps(options.target);
+    in.fits = plan::fits_for_caps(in.caps);
+    in.fits.mma = in.fits.mma && here.mma;
+    in.fits.wgmma = in.fits.wgmma && here.wgmma;
+    in.fits.mx = in.fits.mx && here.mx;
+  }
   in.config = config;
   in.backend = backend;
   in.force = options.plan;
@@ -64,8 +74,11 @@ class GpuBackend final : public BackendImpl {
         layer_(config, weights),
         log_plan_(options.log_plan) {
     const plan::PlannerInput& in = planner_.input();
-    gemv::configure(in.caps.smem_per_block);
-    if (in.fits.mma) mma::configure(in.caps.smem_per_block);
+    int smem = 0;  // the device's: a target's plan asks for no more than the target has
+    MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_));
+    MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&cc_major_, cudaDevAttrComputeCapabilityMajor, device_));
+    gemv::configure(static_cast<size_t>(smem));
+    if (in.fits.mma) mma::configure(static_cast<size_t>(smem));
     if (in.fits.mma && in.fits.wgmma) sm90::configure_wgmma();
     if (mx_mode()) mma::mx_configure();
   }
@@ -84,7 +97,7 @@ class GpuBackend final : public BackendImpl {
     require_device_pointer(router_logits, "router_logits", 4);
     require_device_pointer(out, "out", 8);
     require_device_pointer(workspace, "workspace", 256);
-    const plan::Plan p = planner_.plan(tokens);
+    const plan::Plan p = plan_for(tokens);
     if (log_plan_) std::cerr << "mxmoe plan: T = " << tokens << ": " << p.to_string() << "\n";
     const WorkspaceLayout layout = layout_for(tokens);
     const BoundWorkspace ws = layout.bind(workspace);
@@ -97,9 +110,17 @@ class GpuBackend final : public BackendImpl {
     }
   }
 
-  std::string describe_plan(int64_t tokens) const override { return planner_.plan(tokens).to_string(); }
+  std::string describe_plan(int64_t tokens) const override { return plan_for(tokens).to_string(); }
 
  private:
+  // The planner's plan, as this device runs it: an SM120/SM121 target's native MX plan runs the
+  // emulated atom on another GPU (the same data path: mx_atoms.cuh).
+  plan::Plan plan_for(int64_t tokens) const {
+    plan::Plan p = planner_.plan(tokens);
+    if (p.family == plan::Family::Mx && p.mx_native && cc_major_ != 12) p.mx_native = false;
+    return p;
+  }
+
   bool mx_mode() const { return planner_.input().backend == Backend::MxEmulated || planner_.input().backend == Backend::Mx; }
 
   WorkspaceLayout layout_for(int64_t tokens) const {
@@ -129,6 +150,7 @@ class GpuBackend final : public BackendImpl {
   }
 
   int device_;
+  int cc_major_ = 0;
   plan::Planner planner_;
   GpuLayer layer_;
   bool log_plan_;

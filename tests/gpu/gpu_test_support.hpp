@@ -102,7 +102,8 @@ class ScopedEnv {
 // Runs a GPU runner on host inputs; the output is poisoned (bf16 NaN) before the launch, and the
 // workspace is filled with `workspace_fill` bytes (a forward may assume nothing of it).
 inline std::vector<uint16_t> run_on_gpu(const MoeRunner& runner, const std::vector<uint16_t>& hidden,
-                                        const std::vector<float>& logits, int64_t tokens, int workspace_fill = 0xFF) {
+                                        const std::vector<float>& logits, int64_t tokens, int workspace_fill = 0xFF,
+                                        cudaStream_t stream = nullptr) {
   const int h = runner.config().hidden;
   const DeviceBuffer d_hidden = to_device(hidden);
   const DeviceBuffer d_logits = to_device(logits);
@@ -110,8 +111,11 @@ inline std::vector<uint16_t> run_on_gpu(const MoeRunner& runner, const std::vect
   if (d_out.bytes()) MXMOE_CUDA_CHECK(cudaMemset(d_out.get(), 0xFF, d_out.bytes()));
   DeviceBuffer ws(std::max<size_t>(runner.workspace_bytes(), 1));
   MXMOE_CUDA_CHECK(cudaMemset(ws.get(), workspace_fill, ws.bytes()));
-  runner.forward(d_hidden.get<uint16_t>(), d_logits.get<float>(), tokens, d_out.get<uint16_t>(), ws.get(), ws.bytes());
+  MXMOE_CUDA_CHECK(cudaDeviceSynchronize());  // the poison is in place before another stream's kernels run
+  runner.forward(d_hidden.get<uint16_t>(), d_logits.get<float>(), tokens, d_out.get<uint16_t>(), ws.get(), ws.bytes(),
+                 stream);
   MXMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  if (stream != nullptr) MXMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
   return to_host<uint16_t>(d_out, static_cast<size_t>(tokens * h));
 }
 

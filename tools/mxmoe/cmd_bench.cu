@@ -25,6 +25,8 @@
 #include "kernels/sm90/wgmma_gemm.hpp"
 #include "common/device_buffer.hpp"
 #include "moe/gpu_monitor.hpp"
+#include "moe/green_context.hpp"
+#include "plan/device_caps.hpp"
 #include "plan/tune_table.hpp"
 #include "mxmoe/mxmoe.hpp"
 
@@ -42,6 +44,7 @@ struct BenchOptions {
   int experts = 0, top_k = 0, hidden = 0, intermediate = 0;
   std::vector<int64_t> tokens = {1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096};
   std::string backend = "auto";
+  std::string target;  // plan for this target and run its plan here (RunnerOptions::target)
   int iterations = 60, warmup = 10;
   // Replays before timing for at least this long: an H100 at gpt-oss-120b's T = 1024 reaches its power
   // cap about 0.6 s into a run and then lowers its clock, so a short warm-up times a cool chip.
@@ -354,9 +357,19 @@ int run_bench(const BenchOptions& o) {
   RunnerOptions ropt;
   ropt.backend = parse_backend(o.backend);
   ropt.max_tokens = *std::max_element(o.tokens.begin(), o.tokens.end());
+  ropt.target = o.target;
 
-  cudaStream_t stream;
-  MXMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaStream_t own_stream;
+  MXMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&own_stream, cudaStreamNonBlocking));
+  cudaStream_t stream = own_stream;
+  // A target with fewer SMs than this GPU runs everything, the ceilings too, on that many SMs.
+  std::unique_ptr<GreenContext> green;
+  if (!o.target.empty() && plan::target_caps(o.target).sm_count < gpu.sm_count) {
+    green = std::make_unique<GreenContext>(gpu.index, plan::target_caps(o.target).sm_count);
+    stream = green->stream();
+    std::cerr << "target " << o.target << ": kernels confined to " << green->sm_count() << " of " << gpu.sm_count
+              << " SMs (green context)\n";
+  }
   std::cerr << "measuring ceilings (copy bandwidth, cuBLAS bf16 GEMM)...\n";
   GpuMonitor monitor(gpu.index);
   if (!monitor.available()) std::cerr << "no clock and power samples: " << monitor.why_unavailable() << "\n";
@@ -409,6 +422,10 @@ int run_bench(const BenchOptions& o) {
   record["shape"] = {{"experts", cfg.num_experts}, {"top_k", cfg.top_k}, {"hidden", cfg.hidden},
                      {"intermediate", cfg.intermediate}};
   record["backend"] = to_string(runners[0].backend());
+  if (!o.target.empty()) {
+    record["target"] = o.target;
+    record["green_context_sms"] = green ? green->sm_count() : 0;  // 0: all of this GPU's SMs
+  }
   record["layers_rotated"] = layers;
   record["l2_bytes"] = gpu.l2_bytes;
   record["iterations"] = o.iterations;
@@ -422,7 +439,10 @@ int run_bench(const BenchOptions& o) {
   std::ostringstream table;
   table << "device " << gpu.name << " | copy " << std::fixed << std::setprecision(0) << copy_gbps << " GB/s"
         << clock_note(copy.gpu) << " | bf16 " << bf16_tflops << " TFLOP/s" << clock_note(bf16.gpu) << " | " << cfg.name
-        << " | " << layers << " layers rotated | warm-up " << o.warmup_ms << " ms\n";
+        << " | " << layers << " layers rotated | warm-up " << o.warmup_ms << " ms";
+  if (!o.target.empty())
+    table << " | plan of target " << o.target << (green ? " on " + std::to_string(green->sm_count()) + " SMs" : "");
+  table << "\n";
   table << std::setw(6) << "T" << std::setw(11) << "us/layer" << std::setw(9) << "experts" << std::setw(10) << "GB/s"
         << std::setw(8) << "%copy" << std::setw(9) << "TFLOP/s" << std::setw(8) << "%bf16" << std::setw(7) << "MHz"
         << std::setw(5) << "W" << "  backend / plan\n";
@@ -510,7 +530,7 @@ int run_bench(const BenchOptions& o) {
     runners.clear();  // the candidates below need the device memory
     write_tune_table(o, cfg, gpu, host, layers, d_hidden, d_out, d_logits, stream, monitor);
   }
-  cudaStreamDestroy(stream);
+  cudaStreamDestroy(own_stream);
   return kExitOk;
 }
 
@@ -526,6 +546,10 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--intermediate", o->intermediate, "Explicit shape: intermediate I");
   cmd->add_option("--tokens", o->tokens, "Batch sizes to time")->delimiter(',')->capture_default_str();
   cmd->add_option("--backend", o->backend, "Backend: " + joined(backend_names()))->capture_default_str();
+  cmd->add_option("--target", o->target,
+                  "Plan for this target and run its plan on this GPU (on its SM count where that is fewer): " +
+                      joined(plan::target_names()))
+      ->check(CLI::IsMember(plan::target_names()));
   cmd->add_option("--iterations", o->iterations, "Timed graph replays per batch (median)")->check(CLI::Range(50, 100000))->capture_default_str();
   cmd->add_option("--warmup", o->warmup, "Untimed replays first (at least)")->capture_default_str();
   cmd->add_option("--warmup-ms", o->warmup_ms,
