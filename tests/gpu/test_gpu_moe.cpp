@@ -585,29 +585,6 @@ TEST(GpuLayerErrors, RefusesWgmmaTilesThatCannotRun) {
   EXPECT_EQ(runner.describe_plan(256).find("wgmma"), std::string::npos) << runner.describe_plan(256);
 }
 
-// The swap-AB tile that the size rule took with the old swap knob alone, forced by its size (MXMOE_PLAN
-// names a tile, not a form): at few rows per expert (T = 3 of 8 experts, 1 row) the 16-row one, at
-// many (T = 1000 of 32 experts, 125 rows) the 64-row one.
-TEST(GpuLayerVariants, SwapFormOfTheRulesTileMatchesReference) {
-  MXMOE_SKIP_WITHOUT_GPU();
-  if (!mma::swap_supported(2)) GTEST_SKIP() << "the minimal profile has no swap-AB tiles";
-  const std::pair<InputCase, int> cases[] = {{InputCase{8, 2, 64, 64, 3, false, false}, 1},
-                                             {InputCase{32, 4, 256, 192, 1000, false, false}, 4}};
-  for (const auto& [c, m_tiles] : cases) {
-    const uint64_t seed = fresh_seed();
-    SCOPED_TRACE(describe(c, seed));
-    const LayerInputs in = make_inputs(c, seed);
-    PlanOverride plan;
-    plan.mma_tile = MmaTileChoice{mma::block_m(m_tiles), MmaForm::SwapAb};
-    SCOPED_TRACE("plan " + to_string(plan));
-    const MoeRunner runner(in.cfg, in.layer.view(), gemv_options(c.tokens, Backend::Mma, plan));
-    ASSERT_NE(runner.describe_plan(c.tokens).find("swap-AB 256x" + std::to_string(mma::block_m(m_tiles)) + "x"),
-              std::string::npos)
-        << runner.describe_plan(c.tokens);
-    run_checked(runner, in, c.tokens);
-  }
-}
-
 // The GEMV batch: a width the key does not take is refused when the plan string is parsed; the 16-row
 // batch where it is not built (the minimal profile), or with a forced 3-stage ring (it runs 2 stages
 // only), is refused by its key when the runner is built.
