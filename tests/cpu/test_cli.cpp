@@ -253,6 +253,12 @@ TEST_F(CliTest, PlanForATargetNeedsNoGpuAndNamesOnlyItsTiles) {
   ASSERT_EQ(h100.exit_code, 0) << h100.err;
   EXPECT_NE(h100.out.find("T = 4096: wgmma bf16"), std::string::npos) << h100.out;
   EXPECT_CLEAN_ERROR(run("plan --target a100"), 2);
+  if (!mxmoe::gpu_available()) {  // check --target runs the plan on a GPU, and says where to print it instead
+    const CliResult check = run("check --target gb10");
+    EXPECT_CLEAN_ERROR(check, 1);
+    EXPECT_NE(check.err.find("mxmoe plan --target gb10"), std::string::npos) << check.err;
+  }
+  EXPECT_CLEAN_ERROR(run("check --target a100"), 2);
   const CliResult forced = run("plan --target gb10 --plan mma=wgmma64");
   EXPECT_CLEAN_ERROR(forced, 1);
   EXPECT_NE(forced.err.find("mma=wgmma64"), std::string::npos) << forced.err;

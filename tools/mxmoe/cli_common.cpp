@@ -88,7 +88,7 @@ void write_bf16_file(const std::string& path, std::span<const uint16_t> values) 
 
 // --- running ------------------------------------------------------------------------------------
 ForwardResult run_forward(const MoeRunner& runner, std::span<const uint16_t> hidden,
-                          std::span<const float> router_logits, int64_t tokens) {
+                          std::span<const float> router_logits, int64_t tokens, cudaStream_t stream) {
   const auto t = static_cast<size_t>(tokens);
   const size_t hidden_elems = t * static_cast<size_t>(runner.config().hidden);
   MXMOE_REQUIRE(hidden.size() == hidden_elems, "hidden: expected ", hidden_elems, " values, got ", hidden.size());
@@ -118,8 +118,9 @@ ForwardResult run_forward(const MoeRunner& runner, std::span<const uint16_t> hid
 
   const auto start = clock::now();
   runner.forward(d_hidden.get<const uint16_t>(), d_logits.get<const float>(), tokens, d_out.get<uint16_t>(),
-                 d_workspace.get(), d_workspace.bytes());
+                 d_workspace.get(), d_workspace.bytes(), stream);
   MXMOE_CUDA_CHECK(cudaGetLastError());
+  if (stream != nullptr) MXMOE_CUDA_CHECK(cudaStreamSynchronize(stream));  // a green context's stream too
   MXMOE_CUDA_CHECK(cudaDeviceSynchronize());
   result.milliseconds = std::chrono::duration<double, std::milli>(clock::now() - start).count();
 

@@ -66,7 +66,7 @@ struct ForwardResult {
 // synchronised, and the output copied back; every CUDA call is checked (common/cuda_check.hpp) and
 // device memory is owned by mxmoe::DeviceBuffer (common/device_buffer.hpp).
 ForwardResult run_forward(const MoeRunner& runner, std::span<const uint16_t> hidden,
-                          std::span<const float> router_logits, int64_t tokens);
+                          std::span<const float> router_logits, int64_t tokens, cudaStream_t stream = nullptr);
 
 // --- measurements -------------------------------------------------------------------------------
 struct ErrorStats {

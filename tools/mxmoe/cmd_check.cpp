@@ -13,6 +13,8 @@
 #include "mxmoe/reference.hpp"
 #include "mxmoe/runner.hpp"
 #include "mxmoe/weights.hpp"
+#include "moe/green_context.hpp"
+#include "plan/device_caps.hpp"
 
 namespace mxmoe::cli {
 namespace {
@@ -25,6 +27,7 @@ struct CheckOptions {
   int64_t tokens = 8;
   uint64_t seed = 0;
   std::string backend;
+  std::string target;  // run this target's plan on the GPU at hand (RunnerOptions::target)
   CLI::Option* experts_opt = nullptr;
   CLI::Option* seed_opt = nullptr;
   CLI::Option* backend_opt = nullptr;
@@ -60,8 +63,18 @@ int run_check(const CheckOptions& o) {
   const uint64_t seed = seed_or_random(o.seed_opt->count() > 0 ? std::optional(o.seed) : std::nullopt);
   const ProbeResult probe_result = probe();
   const std::vector<Backend> backends = backends_to_check(o, probe_result);
+  MXMOE_REQUIRE(o.target.empty() || gpu_available(), "--target: runs the target's plan on the GPU at hand, and none is ",
+                "usable here (", probe_result.no_gpu_reason, "); `mxmoe plan --target ", o.target,
+                "` prints its plan on any machine");
+  // A target with fewer SMs than this GPU runs in a green context of that many.
+  std::unique_ptr<GreenContext> green;
+  if (!o.target.empty() && plan::target_caps(o.target).sm_count < probe_result.gpus[0].sm_count)
+    green = std::make_unique<GreenContext>(probe_result.gpus[0].index, plan::target_caps(o.target).sm_count);
 
   std::cout << "check: " << describe_shape(config) << ", " << o.tokens << " tokens, seed " << seed << "\n";
+  if (!o.target.empty())
+    std::cout << "target: " << o.target << "'s plan on this GPU"
+              << (green ? ", on " + std::to_string(green->sm_count()) + " SMs (green context)" : "") << "\n";
   if (!gpu_available()) std::cout << "no GPU: ran the CPU reference only (" << probe_result.no_gpu_reason << ")\n";
   std::cout.flush();
 
@@ -87,8 +100,11 @@ int run_check(const CheckOptions& o) {
   for (Backend backend : backends) {
     const std::string name = to_string(backend);
     try {
-      const MoeRunner runner(config, layer.view(), RunnerOptions{backend, o.tokens, false});
-      const ForwardResult result = run_forward(runner, hidden, logits, o.tokens);
+      RunnerOptions options{backend, o.tokens, false};
+      if (backend_on_gpu(backend)) options.target = o.target;
+      const MoeRunner runner(config, layer.view(), options);
+      const ForwardResult result =
+          run_forward(runner, hidden, logits, o.tokens, runner.on_gpu() && green ? green->stream() : nullptr);
       if (backend_uses_mxfp8(backend) && ref_mx.empty()) {
         ref_mx.resize(ref.size());
         ReferenceOptions mx;
@@ -146,6 +162,10 @@ void add_check_command(CLI::App& app, int& exit_code) {
   o->backend_opt = cmd->add_option("--backend", o->backend,
                                    "Backend: " + joined(backend_names()) + " (default: all available here)")
                        ->check(CLI::Validator(validate_backend_name, "BACKEND", "backend"));
+  cmd->add_option("--target", o->target,
+                  "Run this target's plan on the GPU at hand (on its SM count where that is fewer): " +
+                      joined(plan::target_names()))
+      ->check(CLI::IsMember(plan::target_names()));
   cmd->callback([o, &exit_code] { exit_code = run_check(*o); });
 }
 
