@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "moe/gpu_monitor.hpp"
+#include "gpu_monitor.hpp"
 #include "mxmoe/device.hpp"
 
 namespace {

@@ -24,7 +24,7 @@
 #include "kernels/mma/mma_gemm.hpp"
 #include "kernels/sm90/wgmma_gemm.hpp"
 #include "common/device_buffer.hpp"
-#include "moe/gpu_monitor.hpp"
+#include "gpu_monitor.hpp"
 #include "moe/green_context.hpp"
 #include "plan/device_caps.hpp"
 #include "plan/tune_table.hpp"

@@ -1,6 +1,6 @@
 // GpuMonitor: NVML by dlopen (moe/gpu_monitor.hpp says why). The few entry points used are NVML's
 // stable C API; their signatures are declared here so that the build needs no NVML header.
-#include "moe/gpu_monitor.hpp"
+#include "gpu_monitor.hpp"
 
 #include <cuda_runtime.h>
 #include <dlfcn.h>
