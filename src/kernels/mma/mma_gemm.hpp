@@ -39,8 +39,6 @@ __host__ __device__ constexpr int block_m(int m_tiles) { return 16 * m_tiles; }
 struct MmaTile {
   int m_tiles;
   bool swap_ab;
-  // Hopper's wgmma tile (sm90/wgmma_gemm.hpp) of 16 * m_tiles rows (2, 4 or 8), the weights on M too.
-  bool wgmma = false;
 };
 // Whether this build has the register-decode tile of m_tiles 1, 2 or 4 (the minimal profile has only 4;
 // 128 rows, m_tiles 8, only come in the swap-AB and wgmma forms).
