@@ -3,9 +3,23 @@
 # MXFP4 weights) on every backend this machine can run, against the fp64 CPU reference; then a
 # checkpoint round trip (write a gpt-oss-format checkpoint, run a layer from it).
 # Without a GPU only the CPU reference runs, and the output says so.
+# It builds only the `mxmoe` command and the library under it (the tests are scripts/test.sh's);
+# MXMOE_JOBS sets the parallel jobs (default: all cores).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-scripts/build.sh default
+source scripts/setup.sh
+
+start=$(date +%s)
+log=$(mktemp)
+if ! cmake --preset default >"$log" 2>&1; then
+  cat "$log" >&2
+  rm -f "$log"
+  echo "run: configure (preset default) failed" >&2
+  exit 1
+fi
+rm -f "$log"
+cmake --build --preset default -j "${MXMOE_JOBS:-$(nproc)}" --target mxmoe_cli
+echo "run: built build/tools/mxmoe/mxmoe in $(($(date +%s) - start)) s"
 
 mxmoe=build/tools/mxmoe/mxmoe
 echo

@@ -17,7 +17,7 @@ run_ctest() { ctest "$@" 2>&1 | tee -a "$ctest_log"; }
 python_tests() {
   local venv=build-python/venv
   [[ -x "$venv/bin/python" ]] || python3 -m venv "$venv" || return 1
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check pytest numpy jax || return 1
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check pytest numpy jax ml_dtypes || return 1
   CMAKE_ARGS="-DCMAKE_CUDA_ARCHITECTURES=90a" "$venv/bin/python" -m pip install -q --disable-pip-version-check . ||
     return 1
   "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/python 2>&1 | tee "$pytest_log"

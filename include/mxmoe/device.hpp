@@ -17,6 +17,9 @@ struct GpuInfo {
   std::string family_target;                 // e.g. "sm_120f" for any SM12x GPU; empty where none serves
   bool has_native_kernels = false;           // a cubin of this build runs on it without JIT
   std::vector<std::string> runnable_backends;  // validated here; `mxmoe check` runs these by default
+  // The MX self-test's line (mx_self_test_report): filled by `mxmoe probe`, empty from probe(), which
+  // launches nothing.
+  std::string mx_self_test;
 };
 
 struct ProbeResult {
@@ -48,5 +51,10 @@ bool cubin_runs_on(const std::string& arch, int cc_major, int cc_minor);
 
 // True when at least one usable CUDA device is present (cached).
 bool gpu_available();
+
+// The block-scaled (MXFP8) path's self-test on GPU `device`: the native atom on SM120/SM121, the
+// emulated one elsewhere, run once per process (the result the runner's gate uses): "passed (...)",
+// "FAILED (...)" or "not run (...)". Launches a small layer on that device; `mxmoe probe` prints it.
+std::string mx_self_test_report(int device);
 
 }  // namespace mxmoe

@@ -89,6 +89,20 @@ class MoeRunner {
   // releases its dependants early (programmatic dependent launch; docs/gpu-pipeline.md).
   void forward(const uint16_t* hidden, const float* router_logits, int64_t tokens, uint16_t* out,
                void* workspace, size_t workspace_size, cudaStream_t stream = nullptr) const;
+  // The same layer routed by the engine: topk_ids [T, k] (int32 or int64) and topk_weights [T, k] fp32
+  // in place of the logits, k = config().top_k. Slot s of a token is summed in slot order as the
+  // logits route's slot s is, and the weights are used as given: no softmax, no renormalisation. Given
+  // the ids and weights the logits route computes, the output has forward()'s bits on every backend.
+  // A token's k ids must be distinct experts in [0, E), and weights finite and >= 0 (top-k
+  // probabilities). The reference backend checks both (an Error naming topk_ids or topk_weights); a
+  // GPU backend checks pointers, alignment and sizes on the host but cannot read the ids there (forward
+  // reads no device memory on the host), so on the device a token whose ids are not k distinct experts in
+  // range gets a NaN output row (never an out-of-bounds access; common/routed_pairs.cuh), and weights
+  // are used as they are. The same ordering rule as forward()'s holds for topk_ids and topk_weights.
+  void forward_routed(const uint16_t* hidden, const int32_t* topk_ids, const float* topk_weights, int64_t tokens,
+                      uint16_t* out, void* workspace, size_t workspace_size, cudaStream_t stream = nullptr) const;
+  void forward_routed(const uint16_t* hidden, const int64_t* topk_ids, const float* topk_weights, int64_t tokens,
+                      uint16_t* out, void* workspace, size_t workspace_size, cudaStream_t stream = nullptr) const;
   // Profiling: run only the first `stages` of route, gemm1, gemm2, combine (kAllStages = all; the
   // output is complete only then). `mxmoe bench --stages` times the differences.
   static constexpr int kAllStages = 4;
@@ -99,6 +113,12 @@ class MoeRunner {
 
  private:
   const BackendImpl& impl() const;
+  // The checks every forward shares (tokens, workspace, hidden and out); false: nothing to run (T = 0).
+  bool check_forward(const uint16_t* hidden, int64_t tokens, const uint16_t* out, const void* workspace,
+                     size_t workspace_size) const;
+  void forward_routed_ids(const uint16_t* hidden, const void* topk_ids, bool ids64, const float* topk_weights,
+                          int64_t tokens, uint16_t* out, void* workspace, size_t workspace_size,
+                          cudaStream_t stream) const;
 
   MoeConfig config_;
   Backend backend_;

@@ -1,4 +1,4 @@
-"""MoeLayer and fused_moe over DLPack tensors (the extension does the work)."""
+"""MoeLayer, fused_moe and fused_experts over DLPack tensors (the extension does the work)."""
 from __future__ import annotations
 
 import weakref
@@ -7,12 +7,41 @@ from typing import Any, Optional
 from ._mxmoe import Error, Layer, MoeConfig
 
 _WEIGHT_NAMES = ("w1_blocks", "w1_scales", "w1_bias", "w2_blocks", "w2_scales", "w2_bias")
+_BF16 = ("bfloat16 (a torch or JAX bfloat16 tensor, an ml_dtypes.bfloat16 NumPy array, or the bf16 bit patterns "
+         "as uint16, e.g. from NumPy or CuPy)")
+# What each argument must hold, for the errors raised here (the extension checks the rest).
+_EXPECTED = {"hidden": _BF16, "out": _BF16, "w1_bias": _BF16, "w2_bias": _BF16, "router_logits": "float32",
+             "topk_ids": "int32 or int64", "topk_weights": "float32", "w1_blocks": "uint8", "w1_scales": "uint8",
+             "w2_blocks": "uint8", "w2_scales": "uint8"}
 
 
 def _framework(tensor: Any) -> str:
     """The top-level package of a tensor's type: "torch", "cupy", "numpy", "jax" (jaxlib's arrays too)."""
     module = type(tensor).__module__.split(".")[0]
     return "jax" if module == "jaxlib" else module
+
+
+def _as_tensor(x: Any, name: str, writable: bool = False) -> Any:
+    """x as the extension takes it, or an Error naming the argument and saying what to pass: NumPy arrays
+    of ml_dtypes.bfloat16 become views of their uint16 bits (NumPy's DLPack has no bfloat16), other
+    NumPy dtypes that DLPack cannot carry are refused by name, and a read-only or immutable `out`."""
+    if not (hasattr(x, "__dlpack__") or hasattr(x, "__array_interface__")):
+        raise Error(f"{name}: expected a tensor (torch, CuPy, JAX or NumPy array) of {_EXPECTED[name]}, got "
+                    f"{type(x).__name__}")
+    framework = _framework(x)
+    if framework == "numpy":
+        import numpy
+
+        if x.dtype.name == "bfloat16":  # ml_dtypes
+            x = x.view(numpy.uint16)
+        elif x.dtype.kind not in "biufc":
+            raise Error(f"{name}: expected {_EXPECTED[name]}, got {x.dtype.name}")
+        if writable and not x.flags.writeable:
+            raise Error(f"{name}: the array is read-only; pass a writable array (or leave out=None)")
+    elif writable and framework == "jax":
+        raise Error(f"{name}: JAX arrays are immutable; pass a writable NumPy, torch or CuPy array, or leave "
+                    "out=None (a new JAX array is returned on the CPU)")
+    return x
 
 
 def _current_stream(tensor: Any) -> int:
@@ -39,7 +68,7 @@ def _empty_like(hidden: Any) -> Any:
     if module == "numpy":
         import numpy
 
-        return numpy.empty_like(hidden)
+        return numpy.empty(hidden.shape, dtype=hidden.dtype)
     if module == "cupy":
         import cupy
 
@@ -48,7 +77,21 @@ def _empty_like(hidden: Any) -> Any:
                 "numpy and cupy outputs)")
 
 
-def _jax_call(layer: "MoeLayer", hidden: Any, router_logits: Any, stream: Optional[int]) -> Any:
+def _routing_args(router_logits: Any, topk_ids: Any, topk_weights: Any) -> tuple:
+    """(router_logits,) or (topk_ids, topk_weights): exactly one routing, or an Error saying what to pass."""
+    if router_logits is not None:
+        if topk_ids is not None or topk_weights is not None:
+            raise Error("router_logits, topk_ids: pass router_logits or topk_ids with topk_weights, not both")
+        return (router_logits,)
+    if topk_ids is None or topk_weights is None:
+        missing = "topk_ids" if topk_ids is None else "topk_weights"
+        if topk_ids is None and topk_weights is None:
+            raise Error("router_logits: pass router_logits [T, E], or topk_ids [T, k] with topk_weights [T, k]")
+        raise Error(f"{missing}: routed input needs both topk_ids [T, k] and topk_weights [T, k]")
+    return (topk_ids, topk_weights)
+
+
+def _jax_call(layer: "MoeLayer", hidden: Any, routing: tuple, stream: Optional[int]) -> Any:
     """JAX arrays are immutable, so no JAX array can be written in place: on the CPU the result goes
     to a NumPy buffer that becomes a new JAX array; on a GPU the caller passes a writable `out` (a
     CuPy or torch tensor) instead."""
@@ -58,7 +101,7 @@ def _jax_call(layer: "MoeLayer", hidden: Any, router_logits: Any, stream: Option
     if any(d.platform != "cpu" for d in hidden.devices()):
         raise Error("out: JAX arrays on a GPU are immutable; pass a writable CUDA `out` (CuPy or torch)")
     out = numpy.empty(hidden.shape, dtype=numpy.uint16)  # bf16 bits: NumPy's DLPack has no bfloat16
-    layer._forward_into(hidden, router_logits, out, stream)
+    layer._forward_into(hidden, routing, out, stream)
     return jnp.asarray(out).view(hidden.dtype)
 
 
@@ -75,6 +118,10 @@ class MoeLayer:
     "mma=swap32,ksplit=4"); None (or "") leaves the planner's choice, or MXMOE_PLAN's where it is set.
     An unknown key or value raises mxmoe.Error naming the key, and so does, on a GPU backend, a value
     this build or GPU cannot run (the CPU reference has no plan to force).
+
+    bfloat16 tensors may be torch or JAX bfloat16, ml_dtypes.bfloat16 NumPy arrays, or the bf16 bit
+    patterns as uint16 (NumPy, CuPy). Any other dtype, a non-contiguous tensor, a tensor on the wrong
+    device, or a read-only `out` raises mxmoe.Error naming the argument.
     """
 
     def __init__(self, config: MoeConfig | str, weights: dict, *, backend: str = "auto",
@@ -84,9 +131,9 @@ class MoeLayer:
         missing = [n for n in ("w1_blocks", "w1_scales", "w2_blocks", "w2_scales") if n not in weights]
         if missing:
             raise Error(f"weights: missing {', '.join(missing)}")
-        self._layer = Layer(config, weights["w1_blocks"], weights["w1_scales"], weights.get("w1_bias"),
-                            weights["w2_blocks"], weights["w2_scales"], weights.get("w2_bias"), backend,
-                            max_tokens, plan)
+        w = {n: _as_tensor(weights[n], n) if weights.get(n) is not None else None for n in _WEIGHT_NAMES}
+        self._layer = Layer(config, w["w1_blocks"], w["w1_scales"], w["w1_bias"], w["w2_blocks"], w["w2_scales"],
+                            w["w2_bias"], backend, max_tokens, plan)
 
     @property
     def config(self) -> MoeConfig:
@@ -105,35 +152,54 @@ class MoeLayer:
         """The kernels and tiles a call with `tokens` tokens runs."""
         return self._layer.describe_plan(tokens)
 
-    def __call__(self, hidden: Any, router_logits: Any, out: Optional[Any] = None,
-                 stream: Optional[int] = None) -> Any:
-        """out [T, H] bfloat16 = the MoE block of hidden [T, H] bfloat16 with router_logits [T, E] float32.
+    def __call__(self, hidden: Any, router_logits: Any = None, out: Optional[Any] = None, *,
+                 topk_ids: Any = None, topk_weights: Any = None, stream: Optional[int] = None) -> Any:
+        """out [T, H] bfloat16 = the MoE block of hidden [T, H] bfloat16, routed by router_logits [T, E]
+        float32 (top-k and softmax in the config's order) or by the caller's own routing: topk_ids [T, k]
+        int32 or int64 and topk_weights [T, k] float32 (exactly one of the two). The weights are used as
+        given: no softmax, no renormalisation; slot order is the summation order. Given the ids and
+        weights the logits route computes, the output bits are the logits call's. On the CPU reference,
+        ids outside [0, E), an expert twice in a token, or a negative or non-finite weight raise
+        mxmoe.Error naming topk_ids or topk_weights; on a GPU the ids are not read on the host (the call
+        is CUDA-graph safe), and a token whose ids are not k distinct experts in range gets a NaN row.
+
         Runs on `stream` (a cudaStream_t as an int), by default the framework's current stream (torch,
-        CuPy; the legacy stream otherwise). Torch tensors without `out` go through the custom op
-        torch.ops.mxmoe.moe_forward (torch.compile). JAX arrays are read in place; without `out`, CPU
-        JAX inputs give a new JAX array, and CUDA JAX inputs need a writable CUDA `out`."""
+        CuPy; the legacy stream otherwise). Torch tensors without `out` go through the custom ops
+        torch.ops.mxmoe.moe_forward / moe_forward_routed (torch.compile). JAX arrays are read in place;
+        without `out`, CPU JAX inputs give a new JAX array, and CUDA JAX inputs need a writable CUDA `out`."""
+        routing = _routing_args(router_logits, topk_ids, topk_weights)
         if out is None and stream is None and _framework(hidden) == "torch":
             from . import _torch
 
-            return _torch.call(self, hidden, router_logits)
+            return _torch.call(self, hidden, routing)
         if out is None and _framework(hidden) == "jax":
-            return _jax_call(self, hidden, router_logits, stream)
+            return _jax_call(self, hidden, routing, stream)
         if out is None:
+            _as_tensor(hidden, "hidden")  # a non-tensor is named before anything is allocated
             out = _empty_like(hidden)
-        self._forward_into(hidden, router_logits, out, stream)
+        self._forward_into(hidden, routing, out, stream)
         return out
 
-    def _forward_into(self, hidden: Any, router_logits: Any, out: Any, stream: Optional[int]) -> None:
+    def _forward_into(self, hidden: Any, routing: tuple, out: Any, stream: Optional[int]) -> None:
+        names = ("router_logits",) if len(routing) == 1 else ("topk_ids", "topk_weights")
+        args = [_as_tensor(hidden, "hidden")] + [_as_tensor(t, n) for t, n in zip(routing, names)]
+        args.append(_as_tensor(out, "out", writable=True))
         if _framework(hidden) == "jax":
             # JAX computes on its own streams, which a given stream does not wait for: the inputs
             # must be complete before the kernels read them.
-            hidden.block_until_ready()
-            router_logits.block_until_ready()
-        self._layer.forward(hidden, router_logits, out, _current_stream(hidden) if stream is None else stream)
+            for t in (hidden,) + routing:
+                if _framework(t) == "jax":
+                    t.block_until_ready()
+        forward = self._layer.forward if len(routing) == 1 else self._layer.forward_routed
+        try:
+            forward(*args, _current_stream(hidden) if stream is None else stream)
+        except TypeError as e:  # a tensor the extension's DLPack import refused
+            raise Error(f"{', '.join(('hidden',) + names + ('out',))}: not accepted as tensors ({e}); pass "
+                        "C-contiguous torch, CuPy, JAX or NumPy arrays") from None
 
 
-# Layers prepared by fused_moe, by the identity of their weight tensors (held weakly: a freed tensor's
-# id may be reused by a new one, which must not find the old layer) and the parameters.
+# Layers prepared by fused_moe and fused_experts, by the identity of their weight tensors (held weakly:
+# a freed tensor's id may be reused by a new one, which must not find the old layer) and the parameters.
 _CACHE: dict = {}
 _CACHE_LIMIT = 64
 
@@ -155,35 +221,67 @@ def _remember(tensors: tuple, params: tuple, layer: MoeLayer) -> None:
     _CACHE[(tuple(id(t) for t in tensors), params)] = (layer, refs)
 
 
+def _layer_for(tensors: tuple, top_k: int, routing: str, swiglu_alpha: float, swiglu_limit: float, backend: str,
+               max_tokens: int, plan: Optional[str]) -> MoeLayer:
+    """The layer of checkpoint-layout weight tensors (w1_blocks, ..., w2_bias), prepared on first use and
+    then cached; the shapes give E, H and I."""
+    params = (int(top_k), routing, float(swiglu_alpha), float(swiglu_limit), backend, int(max_tokens), plan)
+    layer = _cached_layer(tensors, params)
+    if layer is not None:
+        return layer
+    w1_blocks = tensors[0]
+    if len(w1_blocks.shape) != 4:
+        raise Error(f"w1_blocks: expected shape [E, 2I, H/32, 16], got {list(w1_blocks.shape)}")
+    e, two_i, h_blocks = int(w1_blocks.shape[0]), int(w1_blocks.shape[1]), int(w1_blocks.shape[2])
+    if two_i % 2:
+        raise Error(f"w1_blocks: dimension 1 is 2 * intermediate and must be even, got {two_i}")
+    config = MoeConfig()
+    config.name = "fused_moe"
+    config.num_experts = e
+    config.top_k = int(top_k)
+    config.hidden = h_blocks * 32
+    config.intermediate = two_i // 2
+    config.routing = routing
+    config.swiglu_alpha = float(swiglu_alpha)
+    config.swiglu_limit = float(swiglu_limit)
+    weights = {k: v for k, v in zip(_WEIGHT_NAMES, tensors) if v is not None}
+    layer = MoeLayer(config, weights, backend=backend, max_tokens=max_tokens, plan=plan)
+    _remember(tensors, params, layer)
+    return layer
+
+
 def fused_moe(hidden: Any, router_logits: Any, w1_blocks: Any, w1_scales: Any, w1_bias: Any, w2_blocks: Any,
               w2_scales: Any, w2_bias: Any, top_k: int, *, routing: str = "topk_softmax",
               swiglu_alpha: float = 1.702, swiglu_limit: float = 7.0, backend: str = "auto",
               out: Optional[Any] = None, max_tokens: int = 4096, plan: Optional[str] = None) -> Any:
-    """The gpt-oss MoE block on checkpoint-layout weights, as a drop-in function.
+    """The gpt-oss MoE block on checkpoint-layout weights, as a drop-in function, routed by router_logits.
 
     The shapes give E, H and I; the weights are prepared on the first call and cached by the identity
     of the weight tensors and the parameters, so later calls with the same tensors pay only the
     forward (changing a weight tensor in place after that is not seen: make a new tensor, or a
     MoeLayer). backend, max_tokens and plan are MoeLayer's.
     """
-    e, two_i, h_blocks = int(w1_blocks.shape[0]), int(w1_blocks.shape[1]), int(w1_blocks.shape[2])
     tensors = (w1_blocks, w1_scales, w1_bias, w2_blocks, w2_scales, w2_bias)
-    params = (int(top_k), routing, float(swiglu_alpha), float(swiglu_limit), backend, int(max_tokens), plan)
-    layer = _cached_layer(tensors, params)
-    if layer is None:
-        config = MoeConfig()
-        config.name = "fused_moe"
-        config.num_experts = e
-        config.top_k = int(top_k)
-        config.hidden = h_blocks * 32
-        config.intermediate = two_i // 2
-        config.routing = routing
-        config.swiglu_alpha = float(swiglu_alpha)
-        config.swiglu_limit = float(swiglu_limit)
-        if two_i % 2:
-            raise Error(f"w1_blocks: dimension 1 is 2 * intermediate and must be even, got {two_i}")
-        weights = dict(zip(_WEIGHT_NAMES, (w1_blocks, w1_scales, w1_bias, w2_blocks, w2_scales, w2_bias)))
-        layer = MoeLayer(config, {k: v for k, v in weights.items() if v is not None}, backend=backend,
-                         max_tokens=max_tokens, plan=plan)
-        _remember(tensors, params, layer)
+    layer = _layer_for(tensors, top_k, routing, swiglu_alpha, swiglu_limit, backend, max_tokens, plan)
     return layer(hidden, router_logits, out)
+
+
+def fused_experts(hidden: Any, w1_blocks: Any, w1_scales: Any, w1_bias: Any, w2_blocks: Any, w2_scales: Any,
+                  w2_bias: Any, topk_weights: Any, topk_ids: Any, *, swiglu_alpha: float = 1.702,
+                  swiglu_limit: float = 7.0, backend: str = "auto", out: Optional[Any] = None,
+                  max_tokens: int = 4096, plan: Optional[str] = None) -> Any:
+    """The experts of the gpt-oss MoE block on checkpoint-layout weights, routed by the caller (as an
+    engine's fused-experts call is): topk_ids [T, k] int32 or int64 and topk_weights [T, k] float32,
+    the weights used as given (no softmax, no renormalisation). k is topk_ids' second dimension.
+
+    Weights are prepared once and cached as fused_moe's are (the same cache: fused_moe and
+    fused_experts with the same tensors, top-k and parameters share one prepared layer). Errors and
+    backend, max_tokens and plan are MoeLayer's.
+    """
+    shape = getattr(topk_ids, "shape", None)
+    if shape is None or len(shape) != 2:
+        raise Error(f"topk_ids: expected a [T, k] tensor of int32 or int64, got "
+                    f"{list(shape) if shape is not None else type(topk_ids).__name__}")
+    tensors = (w1_blocks, w1_scales, w1_bias, w2_blocks, w2_scales, w2_bias)
+    layer = _layer_for(tensors, int(shape[1]), "topk_softmax", swiglu_alpha, swiglu_limit, backend, max_tokens, plan)
+    return layer(hidden, out=out, topk_ids=topk_ids, topk_weights=topk_weights)

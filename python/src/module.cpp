@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/cuda_check.hpp"
@@ -24,43 +25,72 @@ namespace mxmoe::python {
 namespace {
 
 // Any layout is accepted at the boundary (no implicit copies: a copied `out` would never be written
-// back), then checked: every tensor must be C-contiguous.
+// back), then checked: every tensor must be C-contiguous. Inputs may be read-only (InArray); `out`
+// must be writable (Array).
 using Array = nb::ndarray<>;
+using InArray = nb::ndarray<nb::ro>;
 
-void require_contiguous(const Array& a, const char* name) {
+// What to pass for a bf16 tensor, in every dtype error that asks for one.
+constexpr const char* kBf16 =
+    "bfloat16 (a torch or JAX bfloat16 tensor, an ml_dtypes.bfloat16 NumPy array, or the bf16 bit patterns as "
+    "uint16, e.g. from NumPy or CuPy)";
+
+template <class A>
+void require_contiguous(const A& a, const char* name) {
   if (a.size() == 0) return;  // no elements: any strides describe it
+  // An output is written in place: a contiguous copy of it would never be read back.
+  const char* hint = std::string_view(name) == "out"
+                         ? "pass a contiguous output tensor (or leave out=None)"
+                         : "pass a contiguous one (e.g. tensor.contiguous(), numpy.ascontiguousarray)";
   int64_t expected = 1;
   for (size_t i = a.ndim(); i-- > 0;) {
-    MXMOE_REQUIRE(a.shape(i) <= 1 || a.stride(i) == expected, name, ": must be C-contiguous (dense, row-major)");
+    MXMOE_REQUIRE(a.shape(i) <= 1 || a.stride(i) == expected, name, ": must be C-contiguous (dense, row-major); ",
+                  hint);
     expected *= static_cast<int64_t>(a.shape(i));
   }
 }
 
-// 2-byte elements that carry bf16 bits: bfloat16 itself, or raw 16-bit integers.
-bool is_bf16_like(const Array& a) {
+template <class A>
+std::string dtype_text(const A& a) {
   const auto d = a.dtype();
-  return d.bits == 16 && d.lanes == 1 &&
-         (d.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat) ||
-          d.code == static_cast<uint8_t>(nb::dlpack::dtype_code::UInt) ||
-          d.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Int));
-}
-bool is_u8(const Array& a) {
-  const auto d = a.dtype();
-  return d.bits == 8 && d.lanes == 1 && d.code == static_cast<uint8_t>(nb::dlpack::dtype_code::UInt);
-}
-bool is_f32(const Array& a) {
-  const auto d = a.dtype();
-  return d.bits == 32 && d.lanes == 1 && d.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Float);
+  std::string kind;
+  switch (static_cast<nb::dlpack::dtype_code>(d.code)) {
+    case nb::dlpack::dtype_code::Int: kind = "int"; break;
+    case nb::dlpack::dtype_code::UInt: kind = "uint"; break;
+    case nb::dlpack::dtype_code::Float: kind = "float"; break;
+    case nb::dlpack::dtype_code::Bfloat: kind = "bfloat"; break;
+    case nb::dlpack::dtype_code::Complex: kind = "complex"; break;
+    case nb::dlpack::dtype_code::Bool: return "bool";
+    default: return "DLPack dtype code " + std::to_string(d.code) + " (" + std::to_string(d.bits) + " bits)";
+  }
+  return kind + std::to_string(d.bits) + (d.lanes > 1 ? "x" + std::to_string(d.lanes) : "");
 }
 
-std::string shape_text(const Array& a) {
+template <class A>
+bool has_dtype(const A& a, nb::dlpack::dtype_code code, int bits) {
+  const auto d = a.dtype();
+  return d.bits == bits && d.lanes == 1 && d.code == static_cast<uint8_t>(code);
+}
+// 2-byte elements that carry bf16 bits: bfloat16 itself, or raw 16-bit integers.
+template <class A>
+bool is_bf16_like(const A& a) {
+  return has_dtype(a, nb::dlpack::dtype_code::Bfloat, 16) || has_dtype(a, nb::dlpack::dtype_code::UInt, 16) ||
+         has_dtype(a, nb::dlpack::dtype_code::Int, 16);
+}
+template <class A>
+void require_dtype(bool ok, const A& a, const char* name, const char* expected) {
+  MXMOE_REQUIRE(ok, name, ": expected ", expected, ", got ", dtype_text(a));
+}
+
+template <class A>
+std::string shape_text(const A& a) {
   std::string s = "[";
   for (size_t i = 0; i < a.ndim(); ++i) s += (i ? ", " : "") + std::to_string(a.shape(i));
   return s + "]";
 }
 
-void require_shape(const Array& a, const char* name, std::initializer_list<int64_t> want) {
-  require_contiguous(a, name);
+template <class A>
+void require_shape(const A& a, const char* name, std::initializer_list<int64_t> want) {
   bool ok = a.ndim() == want.size();
   size_t i = 0;
   for (const int64_t w : want) ok = ok && static_cast<int64_t>(a.shape(i++)) == w;
@@ -68,17 +98,19 @@ void require_shape(const Array& a, const char* name, std::initializer_list<int64
   i = 0;
   for (const int64_t w : want) expected += (i++ ? ", " : "") + std::to_string(w);
   MXMOE_REQUIRE(ok, name, ": expected shape ", expected, "], got ", shape_text(a));
+  require_contiguous(a, name);
 }
 
 // A weight tensor's bytes on the host (copied from the GPU when it lives there).
-std::vector<uint8_t> host_bytes(const Array& a, const char* name) {
+std::vector<uint8_t> host_bytes(const InArray& a, const char* name) {
   const size_t bytes = a.nbytes();
   std::vector<uint8_t> out(bytes);
   if (bytes == 0) return out;
   if (a.device_type() == nb::device::cpu::value) {
     std::memcpy(out.data(), a.data(), bytes);
   } else {
-    MXMOE_REQUIRE(a.device_type() == nb::device::cuda::value, name, ": expected a CPU or CUDA tensor");
+    MXMOE_REQUIRE(a.device_type() == nb::device::cuda::value, name,
+                  ": expected a CPU or CUDA tensor, got DLPack device type ", a.device_type());
     MXMOE_CUDA_CHECK(cudaMemcpy(out.data(), a.data(), bytes, cudaMemcpyDeviceToHost));
   }
   return out;
@@ -97,8 +129,8 @@ std::vector<T> as_vector(const std::vector<uint8_t>& bytes) {
 // empty leaves MXMOE_PLAN's value, where it is set.
 class Layer {
  public:
-  Layer(const MoeConfig& config, const Array& w1_blocks, const Array& w1_scales, std::optional<Array> w1_bias,
-        const Array& w2_blocks, const Array& w2_scales, std::optional<Array> w2_bias, const std::string& backend,
+  Layer(const MoeConfig& config, const InArray& w1_blocks, const InArray& w1_scales, std::optional<InArray> w1_bias,
+        const InArray& w2_blocks, const InArray& w2_scales, std::optional<InArray> w2_bias, const std::string& backend,
         int64_t max_tokens, const std::optional<std::string>& plan)
       : config_(config) {
     config_.validate();
@@ -106,25 +138,26 @@ class Layer {
     // The host copy lives only as long as the constructor: every backend keeps its own (the GPU ones
     // uploaded, the CPU reference copied).
     MoeLayerData data;
-    MXMOE_REQUIRE(is_u8(w1_blocks), "w1_blocks: expected uint8");
+    const auto u8 = [](const InArray& a) { return has_dtype(a, nb::dlpack::dtype_code::UInt, 8); };
+    require_dtype(u8(w1_blocks), w1_blocks, "w1_blocks", "uint8 (two e2m1 codes per byte)");
     require_shape(w1_blocks, "w1_blocks", {e, 2 * i, h / 32, 16});
-    MXMOE_REQUIRE(is_u8(w1_scales), "w1_scales: expected uint8 (e8m0)");
+    require_dtype(u8(w1_scales), w1_scales, "w1_scales", "uint8 (e8m0)");
     require_shape(w1_scales, "w1_scales", {e, 2 * i, h / 32});
-    MXMOE_REQUIRE(is_u8(w2_blocks), "w2_blocks: expected uint8");
+    require_dtype(u8(w2_blocks), w2_blocks, "w2_blocks", "uint8 (two e2m1 codes per byte)");
     require_shape(w2_blocks, "w2_blocks", {e, h, i / 32, 16});
-    MXMOE_REQUIRE(is_u8(w2_scales), "w2_scales: expected uint8 (e8m0)");
+    require_dtype(u8(w2_scales), w2_scales, "w2_scales", "uint8 (e8m0)");
     require_shape(w2_scales, "w2_scales", {e, h, i / 32});
     data.w1_blocks = host_bytes(w1_blocks, "w1_blocks");
     data.w1_scales = host_bytes(w1_scales, "w1_scales");
     data.w2_blocks = host_bytes(w2_blocks, "w2_blocks");
     data.w2_scales = host_bytes(w2_scales, "w2_scales");
     if (w1_bias) {
-      MXMOE_REQUIRE(is_bf16_like(*w1_bias), "w1_bias: expected bfloat16");
+      require_dtype(is_bf16_like(*w1_bias), *w1_bias, "w1_bias", kBf16);
       require_shape(*w1_bias, "w1_bias", {e, 2 * i});
       data.w1_bias = as_vector<uint16_t>(host_bytes(*w1_bias, "w1_bias"));
     }
     if (w2_bias) {
-      MXMOE_REQUIRE(is_bf16_like(*w2_bias), "w2_bias: expected bfloat16");
+      require_dtype(is_bf16_like(*w2_bias), *w2_bias, "w2_bias", kBf16);
       require_shape(*w2_bias, "w2_bias", {e, h});
       data.w2_bias = as_vector<uint16_t>(host_bytes(*w2_bias, "w2_bias"));
     }
@@ -140,34 +173,42 @@ class Layer {
 
   // hidden [T, H] bf16, router_logits [T, E] fp32, out [T, H] bf16: all on the CPU (reference
   // backend) or all on the runner's GPU. stream: a cudaStream_t as an integer (0: the legacy stream).
-  void forward(const Array& hidden, const Array& logits, Array& out, uintptr_t stream) {
-    MXMOE_REQUIRE(hidden.ndim() == 2, "hidden: expected 2 dimensions [T, H], got ", shape_text(hidden));
-    MXMOE_REQUIRE(logits.ndim() == 2 && logits.shape(0) == hidden.shape(0), "router_logits: expected [T, E] with T = ",
-                  hidden.shape(0), " (hidden's rows), got ", shape_text(logits));
-    const auto tokens = static_cast<int64_t>(hidden.shape(0));
-    MXMOE_REQUIRE(is_bf16_like(hidden), "hidden: expected bfloat16");
-    require_shape(hidden, "hidden", {tokens, config_.hidden});
-    MXMOE_REQUIRE(is_f32(logits), "router_logits: expected float32");
+  void forward(const InArray& hidden, const InArray& logits, Array& out, uintptr_t stream) {
+    const int64_t tokens = check_hidden_and_out(hidden, out);
+    require_dtype(has_dtype(logits, nb::dlpack::dtype_code::Float, 32), logits, "router_logits", "float32");
     require_shape(logits, "router_logits", {tokens, config_.num_experts});
-    MXMOE_REQUIRE(is_bf16_like(out), "out: expected bfloat16");
-    require_shape(out, "out", {tokens, config_.hidden});
-    const int want = runner_->on_gpu() ? nb::device::cuda::value : nb::device::cpu::value;
-    const char* where = runner_->on_gpu() ? "CUDA" : "CPU";
-    MXMOE_REQUIRE(hidden.device_type() == want, "hidden: expected a ", where, " tensor for backend '",
-                  to_string(runner_->backend()), "'");
-    MXMOE_REQUIRE(logits.device_type() == want, "router_logits: expected a ", where, " tensor");
-    MXMOE_REQUIRE(out.device_type() == want, "out: expected a ", where, " tensor");
-    if (runner_->on_gpu()) {
-      int current = 0;
-      MXMOE_CUDA_CHECK(cudaGetDevice(&current));
-      MXMOE_REQUIRE(hidden.device_id() == current && logits.device_id() == current && out.device_id() == current,
-                    "hidden, router_logits, out: expected tensors on the current CUDA device ", current);
-    }
+    require_device(logits, "router_logits");
     const auto* h = static_cast<const uint16_t*>(hidden.data());
     const auto* l = static_cast<const float*>(logits.data());
     auto* o = static_cast<uint16_t*>(out.data());
     nb::gil_scoped_release release;
     runner_->forward(h, l, tokens, o, workspace_.get(), workspace_.bytes(), reinterpret_cast<cudaStream_t>(stream));
+  }
+
+  // The engine's routing in place of the logits: topk_ids [T, k] int32 or int64 (read as they are, on
+  // the GPU too: no conversion, no host read) and topk_weights [T, k] float32, used as given.
+  void forward_routed(const InArray& hidden, const InArray& ids, const InArray& weights, Array& out,
+                      uintptr_t stream) {
+    const int64_t tokens = check_hidden_and_out(hidden, out);
+    const bool ids32 = has_dtype(ids, nb::dlpack::dtype_code::Int, 32);
+    const bool ids64 = has_dtype(ids, nb::dlpack::dtype_code::Int, 64);
+    require_dtype(ids32 || ids64, ids, "topk_ids", "int32 or int64");
+    require_shape(ids, "topk_ids", {tokens, config_.top_k});
+    require_device(ids, "topk_ids");
+    require_dtype(has_dtype(weights, nb::dlpack::dtype_code::Float, 32), weights, "topk_weights", "float32");
+    require_shape(weights, "topk_weights", {tokens, config_.top_k});
+    require_device(weights, "topk_weights");
+    const auto* h = static_cast<const uint16_t*>(hidden.data());
+    const auto* w = static_cast<const float*>(weights.data());
+    auto* o = static_cast<uint16_t*>(out.data());
+    const auto s = reinterpret_cast<cudaStream_t>(stream);
+    nb::gil_scoped_release release;
+    if (ids64)
+      runner_->forward_routed(h, static_cast<const int64_t*>(ids.data()), w, tokens, o, workspace_.get(),
+                              workspace_.bytes(), s);
+    else
+      runner_->forward_routed(h, static_cast<const int32_t*>(ids.data()), w, tokens, o, workspace_.get(),
+                              workspace_.bytes(), s);
   }
 
   std::string backend() const { return to_string(runner_->backend()); }
@@ -176,6 +217,37 @@ class Layer {
   const MoeConfig& config() const { return config_; }
 
  private:
+  // A tensor on the runner's device: the CPU for the reference, else the current CUDA device.
+  template <class A>
+  void require_device(const A& a, const char* name) const {
+    const std::string backend = to_string(runner_->backend());
+    if (!runner_->on_gpu()) {
+      MXMOE_REQUIRE(a.device_type() == nb::device::cpu::value, name, ": expected a CPU tensor for backend '", backend,
+                    "' (the CPU reference); pass a CPU array, or build the layer with a GPU backend");
+      return;
+    }
+    MXMOE_REQUIRE(a.device_type() == nb::device::cuda::value, name, ": expected a CUDA tensor for backend '", backend,
+                  "'; move it to the GPU (e.g. tensor.cuda(), cupy.asarray), or build the layer with "
+                  "backend='reference' for CPU arrays");
+    int current = 0;
+    MXMOE_CUDA_CHECK(cudaGetDevice(&current));
+    MXMOE_REQUIRE(a.device_id() == current, name, ": on CUDA device ", a.device_id(),
+                  ", expected the current device ", current, " (this layer's weights live there)");
+  }
+
+  // hidden [T, H] and out [T, H], bf16, on the runner's device; returns T.
+  int64_t check_hidden_and_out(const InArray& hidden, const Array& out) const {
+    MXMOE_REQUIRE(hidden.ndim() == 2, "hidden: expected 2 dimensions [T, H], got ", shape_text(hidden));
+    const auto tokens = static_cast<int64_t>(hidden.shape(0));
+    require_dtype(is_bf16_like(hidden), hidden, "hidden", kBf16);
+    require_shape(hidden, "hidden", {tokens, config_.hidden});
+    require_device(hidden, "hidden");
+    require_dtype(is_bf16_like(out), out, "out", kBf16);
+    require_shape(out, "out", {tokens, config_.hidden});
+    require_device(out, "out");
+    return tokens;
+  }
+
   MoeConfig config_;
   std::unique_ptr<MoeRunner> runner_;
   DeviceBuffer workspace_;
@@ -259,13 +331,15 @@ NB_MODULE(_mxmoe, m) {
       });
 
   nb::class_<Layer>(m, "Layer", "One MoE layer's weights, uploaded once, and its runner.")
-      .def(nb::init<const MoeConfig&, const python::Array&, const python::Array&, std::optional<python::Array>,
-                    const python::Array&, const python::Array&, std::optional<python::Array>, const std::string&,
-                    int64_t, const std::optional<std::string>&>(),
+      .def(nb::init<const MoeConfig&, const python::InArray&, const python::InArray&, std::optional<python::InArray>,
+                    const python::InArray&, const python::InArray&, std::optional<python::InArray>,
+                    const std::string&, int64_t, const std::optional<std::string>&>(),
            "config"_a, "w1_blocks"_a, "w1_scales"_a, "w1_bias"_a.none(), "w2_blocks"_a, "w2_scales"_a,
            "w2_bias"_a.none(), "backend"_a = "auto", "max_tokens"_a = 4096, "plan"_a.none() = nb::none())
       .def("forward", &Layer::forward, "hidden"_a.noconvert(), "router_logits"_a.noconvert(), "out"_a.noconvert(),
            "stream"_a = 0)
+      .def("forward_routed", &Layer::forward_routed, "hidden"_a.noconvert(), "topk_ids"_a.noconvert(),
+           "topk_weights"_a.noconvert(), "out"_a.noconvert(), "stream"_a = 0)
       .def_prop_ro("backend", &Layer::backend)
       .def_prop_ro("max_tokens", &Layer::max_tokens)
       .def_prop_ro("config", &Layer::config)

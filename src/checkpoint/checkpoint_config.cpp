@@ -1,6 +1,6 @@
 // config.json of a gpt-oss checkpoint: Hugging Face keys (num_local_experts, num_experts_per_tok,
-// quantization_config required) or the original release's keys (num_experts, experts_per_token,
-// quantization_config optional: that release is MXFP4 throughout).
+// quantization_config required) or the original release's keys (num_experts, experts_per_token;
+// quantization_config optional when read and never written: that release is MXFP4 throughout).
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -117,9 +117,9 @@ namespace checkpoint_detail {
 void write_checkpoint_config(const std::filesystem::path& config_json, const CheckpointConfig& config,
                              TensorNaming naming) {
   const MoeConfig& moe = config.moe;
-  json out;
-  const json quant = {{"quant_method", config.quant_method.empty() ? "mxfp4" : config.quant_method}};
+  nlohmann::ordered_json out;
   if (naming == TensorNaming::HuggingFace) {
+    const json quant = {{"quant_method", config.quant_method.empty() ? "mxfp4" : config.quant_method}};
     out = {{"model_type", "gpt_oss"},
            {"num_local_experts", moe.num_experts},
            {"num_experts_per_tok", moe.top_k},
@@ -129,13 +129,15 @@ void write_checkpoint_config(const std::filesystem::path& config_json, const Che
            {"swiglu_limit", moe.swiglu_limit},
            {"quantization_config", quant}};
   } else {
-    out = {{"num_experts", moe.num_experts},
+    // The MoE keys of OpenAI's original/config.json, named and ordered as the fields of its ModelConfig
+    // (gpt_oss/torch/model.py), which takes them as keyword arguments and so rejects any other key:
+    // no quantization_config (that release is MXFP4 throughout).
+    out = {{"num_hidden_layers", config.num_layers},
+           {"num_experts", moe.num_experts},
            {"experts_per_token", moe.top_k},
            {"hidden_size", moe.hidden},
            {"intermediate_size", moe.intermediate},
-           {"num_hidden_layers", config.num_layers},
-           {"swiglu_limit", moe.swiglu_limit},
-           {"quantization_config", quant}};
+           {"swiglu_limit", moe.swiglu_limit}};
   }
   std::ofstream file(config_json, std::ios::trunc);
   MXMOE_REQUIRE(file.is_open(), where(config_json), "cannot open for writing");

@@ -6,8 +6,8 @@
 
 namespace mxmoe::checkpoint_detail {
 
-// Hugging Face keys for HuggingFace naming; the original release's keys (plus quantization_config)
-// for Original naming.
+// Hugging Face keys (with quantization_config) for HuggingFace naming; for Original naming, only keys of
+// the original release, which OpenAI's ModelConfig accepts.
 void write_checkpoint_config(const std::filesystem::path& config_json, const CheckpointConfig& config,
                              TensorNaming naming);
 

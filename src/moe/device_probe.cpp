@@ -8,6 +8,7 @@
 #include <string_view>
 #include <sstream>
 
+#include "common/cuda_check.hpp"
 #include "mxmoe/device.hpp"
 #include "mxmoe/error.hpp"
 #include "mxmoe/runner.hpp"
@@ -100,8 +101,9 @@ ProbeResult probe() {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {
-    result.no_gpu_reason = err != cudaSuccess ? std::string("no usable CUDA device: ") + cudaGetErrorString(err)
-                                              : std::string("no CUDA device found");
+    // "no NVIDIA GPU or driver found" where that is the cause (common/cuda_check.hpp).
+    result.no_gpu_reason = err != cudaSuccess ? detail::describe_cuda_error(err)
+                                              : std::string("no NVIDIA GPU or driver found (no CUDA device)");
     cudaGetLastError();  // clear the sticky-free error so later calls start clean
     return result;
   }
@@ -169,6 +171,7 @@ std::string probe_to_json(const ProbeResult& r) {
     gj["smem_per_block_optin"] = g.smem_per_block_optin;
     gj["has_native_kernels"] = g.has_native_kernels;
     gj["runnable_backends"] = g.runnable_backends;
+    if (!g.mx_self_test.empty()) gj["mx_self_test"] = g.mx_self_test;
     j["gpus"].push_back(gj);
   }
   return j.dump(2);
@@ -192,6 +195,7 @@ std::string probe_to_text(const ProbeResult& r) {
     os << "  backends: ";
     for (size_t i = 0; i < g.runnable_backends.size(); ++i) os << (i ? ", " : "") << g.runnable_backends[i];
     os << (g.runnable_backends.empty() ? "none (no kernels of this build run here)" : "") << "\n";
+    if (!g.mx_self_test.empty()) os << "  MX self-test: " << g.mx_self_test << "\n";
   }
   return os.str();
 }

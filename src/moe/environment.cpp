@@ -24,8 +24,11 @@ std::optional<Backend> backend_from_env() {
   if (!value) return std::nullopt;
   try {
     return parse_backend(*value);
-  } catch (const Error& e) {
-    detail::throw_error("MXMOE_BACKEND: ", e.what());
+  } catch (const Error&) {
+    std::string names;
+    for (const std::string& name : backend_names()) names += (names.empty() ? "" : ", ") + name;
+    detail::throw_error("MXMOE_BACKEND: '", *value, "' is not a backend; valid backends are: ", names,
+                        " (or leave it unset)");
   }
 }
 

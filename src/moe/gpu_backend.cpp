@@ -68,11 +68,13 @@ int current_device() {
 
 class GpuBackend final : public BackendImpl {
  public:
-  GpuBackend(Backend mode, const MoeConfig& config, const MoeWeights& weights, const RunnerOptions& options)
+  GpuBackend(Backend mode, const MoeConfig& config, const MoeWeights& weights, const RunnerOptions& options,
+             std::optional<mma::MxAtom> mx_atom)
       : device_(current_device()),
         planner_(planner_input(device_, mode, config, options)),
         layer_(config, weights),
-        log_plan_(options.log_plan) {
+        log_plan_(options.log_plan),
+        mx_atom_(mx_atom) {
     const plan::PlannerInput& in = planner_.input();
     int smem = 0;  // the device's: a target's plan asks for no more than the target has
     MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_));
@@ -88,20 +90,26 @@ class GpuBackend final : public BackendImpl {
     return layout_for(max_tokens).total;
   }
 
-  void forward(const uint16_t* hidden, const float* router_logits, int64_t tokens, uint16_t* out, void* workspace,
-               cudaStream_t stream, int stages) const override {
+  using BackendImpl::forward;
+  void forward(const uint16_t* hidden, const routing::RouteSource& route, int64_t tokens, uint16_t* out,
+               void* workspace, cudaStream_t stream, int stages) const override {
     const int current = current_device();
     MXMOE_REQUIRE(current == device_, "forward: the current CUDA device is ", current,
                   ", but this runner's weights live on device ", device_);
     require_device_pointer(hidden, "hidden", 16);
-    require_device_pointer(router_logits, "router_logits", 4);
+    if (route.routed()) {  // ids and weights stay on the device: checked there (common/routed_pairs.cuh)
+      require_device_pointer(route.topk_ids, "topk_ids", route.ids64 ? 8 : 4);
+      require_device_pointer(route.topk_weights, "topk_weights", 4);
+    } else {
+      require_device_pointer(route.logits, "router_logits", 4);
+    }
     require_device_pointer(out, "out", 8);
     require_device_pointer(workspace, "workspace", 256);
     const plan::Plan p = plan_for(tokens);
     if (log_plan_) std::cerr << "mxmoe plan: T = " << tokens << ": " << p.to_string() << "\n";
     const WorkspaceLayout layout = layout_for(tokens);
     const BoundWorkspace ws = layout.bind(workspace);
-    const ForwardArgs f{hidden, router_logits, tokens, out, ws, stream, stages};
+    const ForwardArgs f{hidden, route, tokens, out, ws, stream, stages};
     switch (p.family) {
       case plan::Family::Gemv: return run_gemv(layer_, p, f);
       case plan::Family::Mma:
@@ -118,6 +126,10 @@ class GpuBackend final : public BackendImpl {
   plan::Plan plan_for(int64_t tokens) const {
     plan::Plan p = planner_.plan(tokens);
     if (p.family == plan::Family::Mx && p.mx_native && cc_major_ != 12) p.mx_native = false;
+    if (p.family == plan::Family::Mx && mx_atom_) {
+      p.mx_native = *mx_atom_ == mma::MxAtom::Native;
+      p.mx_planted_fault = *mx_atom_ == mma::MxAtom::PlantedFault;
+    }
     return p;
   }
 
@@ -154,15 +166,16 @@ class GpuBackend final : public BackendImpl {
   plan::Planner planner_;
   GpuLayer layer_;
   bool log_plan_;
+  std::optional<mma::MxAtom> mx_atom_;  // the self-test's atom, in place of the planner's
 };
 
 }  // namespace
 
 std::unique_ptr<BackendImpl> make_gpu_backend(Backend backend, const MoeConfig& config, const MoeWeights& weights,
-                                              const RunnerOptions& options) {
+                                              const RunnerOptions& options, std::optional<mma::MxAtom> mx_atom) {
   MXMOE_REQUIRE(backend_on_gpu(backend) && backend != Backend::Reference, "backend: '", to_string(backend),
                 "' is not a GPU backend of this build");
-  return std::make_unique<GpuBackend>(backend, config, weights, options);
+  return std::make_unique<GpuBackend>(backend, config, weights, options, mx_atom);
 }
 
 }  // namespace mxmoe

@@ -15,6 +15,7 @@
 #include "mxmoe/config.hpp"
 #include "mxmoe/weights.hpp"
 #include "plan/plan.hpp"
+#include "routing/routing.hpp"
 
 namespace mxmoe {
 
@@ -39,7 +40,7 @@ struct GpuLayer {
 // One forward's inputs, output and buffers; `stages` < 4 stops after route, gemm1 or gemm2 (bench --stages).
 struct ForwardArgs {
   const uint16_t* hidden;
-  const float* router_logits;
+  routing::RouteSource route;  // the router logits, or the engine's ids and weights
   int64_t tokens;
   uint16_t* out;
   const BoundWorkspace& ws;

@@ -13,12 +13,18 @@ void run_gemv(const GpuLayer& layer, const plan::Plan& p, const ForwardArgs& f) 
   // for it are done (counted on counts the route zeroes), not when GEMM1's whole grid is.
   routing::RoutingBuffers routing_buffers = ws.routing;
   if (p.counted) routing_buffers.zero_counts = ws.expert_done;
-  if (!p.local_route) routing::route_and_permute(c, f.router_logits, f.tokens, routing_buffers, f.stream);
+  if (!p.local_route) routing::route_and_permute(c, f.route, f.tokens, routing_buffers, f.stream);
   if (f.stages < 2) return;
 
   gemv::GemvArgs a;
   layer.bind_routing(a, ws);
-  a.logits = p.local_route ? f.router_logits : nullptr;
+  // Routed locally, the blocks read the logits or the engine's ids and weights themselves.
+  if (p.local_route) {
+    a.logits = f.route.logits;
+    a.topk_ids = f.route.topk_ids;
+    a.ids64 = f.route.ids64;
+    a.topk_weights = f.route.topk_weights;
+  }
   a.softmax_first = c.routing == RoutingOrder::SoftmaxThenTopk;
   a.renormalize = c.renormalize;
   a.cluster_combine = p.cluster_combine;

@@ -17,7 +17,7 @@ void run_mma(const GpuLayer& layer, const plan::Plan& p, const ForwardArgs& f) {
   // The swap-AB tiles' GEMM2 starts each expert as GEMM1 finishes it, on counts the route zeroes.
   routing::RoutingBuffers routing_buffers = ws.routing;
   if (p.swap_ab) routing_buffers.zero_counts = ws.expert_done;
-  routing::route_and_permute(c, f.router_logits, f.tokens, routing_buffers, f.stream);
+  routing::route_and_permute(c, f.route, f.tokens, routing_buffers, f.stream);
   if (f.stages < 2) return;
   mma::MmaArgs a;
   a.swap_ab = p.swap_ab;

@@ -12,8 +12,10 @@ namespace mxmoe {
 void run_mx(const GpuLayer& layer, const plan::Plan& p, const ForwardArgs& f) {
   const MoeConfig& c = layer.config;
   const BoundWorkspace& ws = f.ws;
-  const mma::MxAtom atom = p.mx_native ? mma::MxAtom::Native : mma::MxAtom::Emulated;
-  routing::route_and_permute(c, f.router_logits, f.tokens, ws.routing, f.stream);
+  const mma::MxAtom atom = p.mx_planted_fault ? mma::MxAtom::PlantedFault
+                          : p.mx_native      ? mma::MxAtom::Native
+                                             : mma::MxAtom::Emulated;
+  routing::route_and_permute(c, f.route, f.tokens, ws.routing, f.stream);
   if (f.stages < 2) return;
   routing::ExpandArgs e;
   e.top_k = c.top_k;

@@ -2,10 +2,12 @@
 #include <cuda_runtime.h>
 
 #include <span>
+#include <vector>
 
 #include "moe/backend.hpp"
 #include "mxmoe/error.hpp"
 #include "mxmoe/reference.hpp"
+#include "reference/routed_reference.hpp"
 
 namespace mxmoe {
 namespace {
@@ -36,16 +38,32 @@ class ReferenceBackend final : public BackendImpl {
 
   size_t workspace_bytes(int64_t) const override { return 0; }
 
-  void forward(const uint16_t* hidden, const float* router_logits, int64_t tokens, uint16_t* out, void*,
+  using BackendImpl::forward;
+  void forward(const uint16_t* hidden, const routing::RouteSource& route, int64_t tokens, uint16_t* out, void*,
                cudaStream_t, int) const override {
     require_host_pointer(hidden, "hidden");
-    require_host_pointer(router_logits, "router_logits");
     require_host_pointer(out, "out");
     const auto t = static_cast<size_t>(tokens);
     const auto h = static_cast<size_t>(config_.hidden);
-    const auto e = static_cast<size_t>(config_.num_experts);
-    reference_moe(config_, data_.view(), std::span(hidden, t * h), std::span(router_logits, t * e), tokens,
-                  std::span(out, t * h));
+    const std::span<const uint16_t> x(hidden, t * h);
+    if (!route.routed()) {
+      require_host_pointer(route.logits, "router_logits");
+      const auto e = static_cast<size_t>(config_.num_experts);
+      reference_moe(config_, data_.view(), x, std::span(route.logits, t * e), tokens, std::span(out, t * h));
+      return;
+    }
+    // The engine's routing, checked in full (host data): an Error names topk_ids or topk_weights.
+    require_host_pointer(route.topk_ids, "topk_ids");
+    require_host_pointer(route.topk_weights, "topk_weights");
+    const size_t pairs = t * static_cast<size_t>(config_.top_k);
+    std::vector<int32_t> narrowed;
+    if (route.ids64)
+      narrowed = narrow_routed_ids(std::span(static_cast<const int64_t*>(route.topk_ids), pairs), config_.top_k,
+                                   config_.num_experts);
+    const std::span<const int32_t> ids =
+        route.ids64 ? std::span<const int32_t>(narrowed) : std::span(static_cast<const int32_t*>(route.topk_ids), pairs);
+    reference_moe_routed(config_, data_.view(), x, ids, std::span(route.topk_weights, pairs), tokens,
+                         std::span(out, t * h));
   }
 
   std::string describe_plan(int64_t) const override { return "reference (CPU, fp64 accumulation)"; }

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "moe/backend.hpp"
+#include "moe/mx_self_test.hpp"
 #include "mxmoe/error.hpp"
 
 namespace mxmoe {
@@ -34,7 +35,8 @@ MoeRunner::MoeRunner(const MoeConfig& config, const MoeWeights& weights, const R
   MXMOE_REQUIRE(options.max_tokens >= 0 && options.max_tokens <= (int64_t{1} << 24),
                 "max_tokens: expected 0..16777216, got ", options.max_tokens);
   const RunnerOptions resolved = with_environment(options);
-  backend_ = resolve_backend(resolved);
+  // An MX backend runs only where its atom passed the self-test on this GPU (mx_self_test.hpp).
+  backend_ = gate_mx_backend(resolve_backend(resolved), resolved);
   impl_ = backend_ == Backend::Reference ? make_reference_backend(config_, weights)
                                          : make_gpu_backend(backend_, config_, weights, resolved);
 }
@@ -56,20 +58,51 @@ void MoeRunner::forward(const uint16_t* hidden, const float* router_logits, int6
   forward_stages(hidden, router_logits, tokens, out, workspace, workspace_size, stream, kAllStages);
 }
 
-void MoeRunner::forward_stages(const uint16_t* hidden, const float* router_logits, int64_t tokens, uint16_t* out,
-                               void* workspace, size_t workspace_size, cudaStream_t stream, int stages) const {
-  MXMOE_REQUIRE(stages >= 1 && stages <= kAllStages, "stages: expected 1..", kAllStages, ", got ", stages);
+bool MoeRunner::check_forward(const uint16_t* hidden, int64_t tokens, const uint16_t* out, const void* workspace,
+                              size_t workspace_size) const {
   MXMOE_REQUIRE(tokens >= 0, "tokens: expected >= 0, got ", tokens);
   MXMOE_REQUIRE(tokens <= max_tokens_, "tokens: ", tokens, " is above the runner's max_tokens (", max_tokens_,
                 "); build the runner with a larger RunnerOptions::max_tokens");
   const size_t need = workspace_bytes();
   MXMOE_REQUIRE(workspace_size >= need, "workspace: ", workspace_size, " bytes given, ", need, " needed");
   MXMOE_REQUIRE(need == 0 || workspace != nullptr, "workspace: null pointer");
-  if (tokens == 0) return;
+  if (tokens == 0) return false;
   MXMOE_REQUIRE(hidden != nullptr, "hidden: null pointer");
-  MXMOE_REQUIRE(router_logits != nullptr, "router_logits: null pointer");
   MXMOE_REQUIRE(out != nullptr, "out: null pointer");
+  return true;
+}
+
+void MoeRunner::forward_stages(const uint16_t* hidden, const float* router_logits, int64_t tokens, uint16_t* out,
+                               void* workspace, size_t workspace_size, cudaStream_t stream, int stages) const {
+  MXMOE_REQUIRE(stages >= 1 && stages <= kAllStages, "stages: expected 1..", kAllStages, ", got ", stages);
+  if (!check_forward(hidden, tokens, out, workspace, workspace_size)) return;
+  MXMOE_REQUIRE(router_logits != nullptr, "router_logits: null pointer");
   impl().forward(hidden, router_logits, tokens, out, workspace, stream, stages);
+}
+
+void MoeRunner::forward_routed(const uint16_t* hidden, const int32_t* topk_ids, const float* topk_weights,
+                               int64_t tokens, uint16_t* out, void* workspace, size_t workspace_size,
+                               cudaStream_t stream) const {
+  forward_routed_ids(hidden, topk_ids, false, topk_weights, tokens, out, workspace, workspace_size, stream);
+}
+
+void MoeRunner::forward_routed(const uint16_t* hidden, const int64_t* topk_ids, const float* topk_weights,
+                               int64_t tokens, uint16_t* out, void* workspace, size_t workspace_size,
+                               cudaStream_t stream) const {
+  forward_routed_ids(hidden, topk_ids, true, topk_weights, tokens, out, workspace, workspace_size, stream);
+}
+
+void MoeRunner::forward_routed_ids(const uint16_t* hidden, const void* topk_ids, bool ids64,
+                                   const float* topk_weights, int64_t tokens, uint16_t* out, void* workspace,
+                                   size_t workspace_size, cudaStream_t stream) const {
+  if (!check_forward(hidden, tokens, out, workspace, workspace_size)) return;
+  MXMOE_REQUIRE(topk_ids != nullptr, "topk_ids: null pointer");
+  MXMOE_REQUIRE(topk_weights != nullptr, "topk_weights: null pointer");
+  routing::RouteSource route;
+  route.topk_ids = topk_ids;
+  route.ids64 = ids64;
+  route.topk_weights = topk_weights;
+  impl().forward(hidden, route, tokens, out, workspace, stream, kAllStages);
 }
 
 std::string MoeRunner::describe_plan(int64_t tokens) const {

@@ -113,11 +113,15 @@ DeviceCaps probe_caps(int device) {
   return c;
 }
 
+// The tile table's rows that this build has and that run on the device's architecture; the tensor-core
+// tiles by the kernels' own attributes (their static shared memory measured).
 Fits fits_on_device(int device, const DeviceCaps& caps) {
+  using kernels::TileFamily;
+  const uint8_t arch = kernels::arch_of(caps.cc_major, caps.cc_minor);
   Fits f;
-  f.mma = mma::fits(caps.smem_per_block);
+  f.mma = kernels::rows_on(TileFamily::Mma, arch) > 0 && mma::fits(caps.smem_per_block);
   f.wgmma = sm90::wgmma_runs(device);
-  f.mx = mma::mx_smem_bytes() <= caps.smem_per_block;
+  f.mx = kernels::rows_on(TileFamily::Mx, arch) > 0 && kernels::rows_fit(TileFamily::Mx, arch, caps.smem_per_block, 0);
   return f;
 }
 

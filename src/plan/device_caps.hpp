@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "kernels/tile_table.hpp"
+
 namespace mxmoe::plan {
 
 struct DeviceCaps {
@@ -31,11 +33,10 @@ struct DeviceCaps {
 
 // Allowances for the kernels' static shared memory when planning for a target without its GPU: the
 // GEMV kernels' (split-K partials, barriers, the local routing, the cluster rows), and the tensor-core
-// tiles' (the m-tile, its rows' offsets, barriers). The 128-row swap-AB tile takes 99,328 bytes of
-// dynamic shared memory, so SM120/SM121's 101,376 leave it 2,048. GPU tests hold the measured static
-// sizes to these (test_gpu_planner.cpp).
+// tiles' (the m-tile, its rows' offsets, barriers: the tile table's, which checks every SM12x row
+// against it). GPU tests hold the measured static sizes to these (test_gpu_planner.cpp).
 inline constexpr size_t kStaticSmemAllowance = 8192;
-inline constexpr size_t kTileStaticSmemAllowance = 1536;
+using kernels::kTileStaticSmemAllowance;
 
 // The named targets (datasheet values of FACTS.md §5; the source of each value is in targets.cpp).
 std::vector<std::string> target_names();

@@ -4,10 +4,22 @@
 #include <sstream>
 
 #include "kernels/gemv/gemv.hpp"
-#include "kernels/mma/mma_gemm.hpp"
-#include "kernels/sm90/wgmma_gemm.hpp"
+#include "plan/tile_rows.hpp"
 
 namespace mxmoe::plan {
+namespace {
+
+// The plan's tile as M x N x K, from its row of the tile table: the weight rows first where the weights
+// are on the MMA's M (swap-AB, wgmma), the rows of an expert first otherwise; "?" for no row.
+std::string tile_shape(const Plan& p, bool weights_first) {
+  const int i = row_of(p);
+  if (i < 0) return "?";
+  const kernels::TileRow& r = kernels::kTileTable[i];
+  return std::to_string(weights_first ? r.weight_rows : r.rows) + "x" +
+         std::to_string(weights_first ? r.rows : r.weight_rows) + "x" + std::to_string(r.k_chunk);
+}
+
+}  // namespace
 
 const char* to_string(Family family) {
   switch (family) {
@@ -24,20 +36,20 @@ std::string Plan::to_string() const {
   const char* tuned = from_tune_table ? " (tune table)" : "";
   switch (family) {
     case Family::Mx:
-      os << (mx_native ? "mx native (block-scaled mma.sync kind::mxf8f6f4)" : "mx emulated (e4m3 mma.sync, scales in fp32)")
-         << " 64x256x128 tiles, MXFP8 expand (RCEIL) before gemm1, "
+      os << (mx_planted_fault ? "mx with a planted fault (the self-test's test)"
+             : mx_native    ? "mx native (block-scaled mma.sync kind::mxf8f6f4)"
+                            : "mx emulated (e4m3 mma.sync, scales in fp32)")
+         << " " << tile_shape(*this, false) << " tiles, MXFP8 expand (RCEIL) before gemm1, "
          << (mx_expand_intermediate ? "fp32 intermediate + MXFP8 expand before gemm2" : "MXFP8 epilogue in gemm1");
       break;
     case Family::Wgmma:  // weights on M (one 16-row tile per warp) x the rows of an expert on N x K
-      os << "wgmma bf16 " << sm90::kBlockWeightRows << "x" << mma::block_m(m_tiles) << "x128 tiles (sm_90a), both gemms"
-         << tuned;
+      os << "wgmma bf16 " << tile_shape(*this, true) << " tiles (sm_90a), both gemms" << tuned;
       break;
     case Family::Mma:
       if (swap_ab)  // weights on the MMA's M side: M (weight rows) x N (rows of an expert) x K
-        os << "mma bf16 swap-AB " << (m_tiles == 8 ? 128 : mma::kBlockN) << "x" << mma::block_m(m_tiles)
-           << "x128 tiles, both gemms" << tuned;
+        os << "mma bf16 swap-AB " << tile_shape(*this, true) << " tiles, both gemms" << tuned;
       else
-        os << "mma bf16 " << mma::block_m(m_tiles) << "x" << mma::kBlockN << "x128 tiles, both gemms" << tuned;
+        os << "mma bf16 " << tile_shape(*this, false) << " tiles, both gemms" << tuned;
       break;
     case Family::Gemv:
       os << "gemv 16x" << batch_rows << " tiles";

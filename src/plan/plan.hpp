@@ -35,6 +35,8 @@ struct Plan {
   // Mx: the native atom (else the emulated one); GEMM1 writing fp32 rows and a second expand (else
   // its MXFP8 epilogue writes GEMM2's input).
   bool mx_native = false, mx_expand_intermediate = false;
+  // The self-test's planted wrong atom (moe/mx_self_test.hpp): set by its test of the gate only, never planned.
+  bool mx_planted_fault = false;
 
   // The plan in words, e.g. "wgmma bf16 256x64x128 tiles (sm_90a), both gemms".
   std::string to_string() const;

@@ -1,11 +1,12 @@
 // PlanOverride's string form (MXMOE_PLAN): parsed in this one place, errors listing the valid values.
 #include "mxmoe/plan_override.hpp"
 
-#include <array>
 #include <string>
-#include <utility>
+#include <vector>
 
+#include "kernels/tile_table.hpp"
 #include "mxmoe/error.hpp"
+#include "plan/tile_rows.hpp"
 
 namespace mxmoe {
 namespace {
@@ -16,24 +17,11 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-constexpr std::array<std::pair<std::string_view, MmaTileChoice>, 10> kMmaTiles{{
-    {"16", {16, MmaForm::Plain}},
-    {"32", {32, MmaForm::Plain}},
-    {"64", {64, MmaForm::Plain}},
-    {"swap16", {16, MmaForm::SwapAb}},
-    {"swap32", {32, MmaForm::SwapAb}},
-    {"swap64", {64, MmaForm::SwapAb}},
-    {"swap128", {128, MmaForm::SwapAb}},
-    {"wgmma32", {32, MmaForm::Wgmma}},
-    {"wgmma64", {64, MmaForm::Wgmma}},
-    {"wgmma128", {128, MmaForm::Wgmma}},
-}};
-
 constexpr std::string_view kKeys =
     "mma, wgmma, batch, ksplit, stages, counted, local_route, fused_combine, cluster_combine, mx_expand";
 
 // An integer among `valid`, else an Error naming the source, the key and the valid values.
-int int_among(std::string_view source, std::string_view key, std::string_view value, std::initializer_list<int> valid) {
+int int_among(std::string_view source, std::string_view key, std::string_view value, const std::vector<int>& valid) {
   std::string list;
   for (const int v : valid) {
     if (value == std::to_string(v)) return v;
@@ -52,9 +40,10 @@ bool flag(std::string_view source, std::string_view key, std::string_view value)
 
 }  // namespace
 
+// mma= takes the names of the tile table's tensor-core rows (kernels/tile_table.hpp), built or not: the
+// planner says when this build lacks one.
 std::string to_string(const MmaTileChoice& tile) {
-  for (const auto& [name, t] : kMmaTiles)
-    if (t == tile) return std::string(name);
+  if (const int row = plan::row_of(tile); row >= 0) return std::string(kernels::kTileTable[row].name);
   return (tile.form == MmaForm::SwapAb ? "swap" : tile.form == MmaForm::Wgmma ? "wgmma" : "") + std::to_string(tile.rows);
 }
 
@@ -70,19 +59,21 @@ PlanOverride parse_plan_override(std::string_view text, std::string_view source)
     const std::string_view key = trim(item.substr(0, eq)), value = trim(item.substr(eq + 1));
     if (key == "mma") {
       std::string list;
-      for (const auto& [name, tile] : kMmaTiles) {
-        if (value == name) o.mma_tile = tile;
-        list += (list.empty() ? "" : ", ") + std::string(name);
+      for (const kernels::TileRow& row : kernels::kTileTable) {
+        const std::optional<MmaTileChoice> tile = plan::mma_choice_of(row);
+        if (!tile) continue;
+        if (value == row.name) o.mma_tile = tile;
+        list += (list.empty() ? "" : ", ") + std::string(row.name);
       }
       MXMOE_REQUIRE(o.mma_tile.has_value(), source, ": mma=", value, " is not valid; mma takes one of ", list);
     } else if (key == "wgmma") {
       o.wgmma = flag(source, key, value);
     } else if (key == "batch") {
-      o.gemv_batch_rows = int_among(source, key, value, {8, 16});
+      o.gemv_batch_rows = int_among(source, key, value, plan::gemv_values(&kernels::TileRow::rows));
     } else if (key == "ksplit") {
       o.gemv_ksplit = int_among(source, key, value, {1, 2, 4, 8});
     } else if (key == "stages") {
-      o.gemv_stages = int_among(source, key, value, {2, 3});
+      o.gemv_stages = int_among(source, key, value, plan::gemv_values(&kernels::TileRow::stages));
     } else if (key == "counted") {
       o.gemv_counted = flag(source, key, value);
     } else if (key == "local_route") {

@@ -25,19 +25,19 @@ int m_tiles_of(const MmaTileChoice& t) { return t.rows / 16; }
 
 }  // namespace
 
+// The tile table's rows (kernels/tile_table.hpp) that this build has and that run on the caps'
+// architecture, each with its dynamic shared memory next to the static allowance.
 Fits fits_for_caps(const DeviceCaps& caps) {
-  const size_t room = caps.smem_per_block;
-  auto fit = [&](size_t dynamic) { return dynamic + kTileStaticSmemAllowance <= room; };
+  using kernels::TileFamily;
+  const uint8_t arch = kernels::arch_of(caps.cc_major, caps.cc_minor);
+  auto fit = [&](TileFamily family) {
+    return kernels::rows_fit(family, arch, caps.smem_per_block, kTileStaticSmemAllowance);
+  };
   Fits f;
-  f.mma = true;
-  for (const int m : {1, 2, 4})
-    if (mma::m_tiles_supported(m)) f.mma = f.mma && fit(mma::smem_bytes(m));
-  for (const int m : {1, 2, 4, 8})
-    if (mma::swap_supported(m)) f.mma = f.mma && fit(mma::swap_smem_bytes(m));
-  f.wgmma = caps.wgmma && sm90::wgmma_in_build();
-  for (const int rows : {32, 64, 128})
-    if (f.wgmma) f.wgmma = fit(sm90::wgmma_smem_bytes(rows));
-  f.mx = fit(mma::mx_smem_bytes());
+  f.mma = kernels::rows_on(TileFamily::Mma, arch) > 0 && fit(TileFamily::Mma) && fit(TileFamily::Swap);
+  f.wgmma = caps.wgmma && sm90::wgmma_in_build() && kernels::rows_on(TileFamily::Wgmma, arch) > 0 &&
+            fit(TileFamily::Wgmma);
+  f.mx = kernels::rows_on(TileFamily::Mx, arch) > 0 && fit(TileFamily::Mx);
   return f;
 }
 

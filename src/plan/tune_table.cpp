@@ -1,14 +1,34 @@
 // The planner's preference table (tune_table.hpp): parsing, validation, selection.
 #include "plan/tune_table.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "kernels/tile_table.hpp"
 #include "mxmoe/error.hpp"
+#include "plan/tile_rows.hpp"
 
 namespace mxmoe {
+namespace {
+
+// The m16 tile counts of the tile table's rows of `family` (all: every tensor-core family), e.g. "1, 2, 4 or 8".
+std::string m_tiles_list(std::optional<kernels::TileFamily> family) {
+  std::vector<int> counts;
+  for (const kernels::TileRow& r : kernels::kTileTable)
+    if (plan::mma_choice_of(r) && (!family || r.family == *family) &&
+        std::find(counts.begin(), counts.end(), r.rows / 16) == counts.end())
+      counts.push_back(r.rows / 16);
+  std::sort(counts.begin(), counts.end());
+  std::string s;
+  for (size_t i = 0; i < counts.size(); ++i)
+    s += (i == 0 ? "" : i + 1 == counts.size() ? " or " : ", ") + std::to_string(counts[i]);
+  return s;
+}
+
+}  // namespace
 
 bool TuneTable::matches(const std::string& device_name, const std::string& cc, const MoeConfig& config) const {
   return device == device_name && compute_capability == cc && experts == config.num_experts &&
@@ -63,25 +83,35 @@ TuneTable parse_tune_table(const std::string& json_text, const std::string& sour
     MXMOE_REQUIRE(family == "gemv" || family == "mma", source, ": ", where, ".family must be 'gemv' or 'mma', got '",
                   family, "'");
     plan.mma = family == "mma";
+    // The tile must be a row of the tile table (kernels/tile_table.hpp), built here or not: a table
+    // written elsewhere may name a tile this build lacks, and the planner then passes over it.
     if (plan.mma) {
+      using kernels::TileFamily;
       plan.m_tiles = field(p, "m_tiles", 0, where.c_str());
-      MXMOE_REQUIRE(plan.m_tiles == 1 || plan.m_tiles == 2 || plan.m_tiles == 4 || plan.m_tiles == 8, source, ": ",
-                    where, ".m_tiles must be 1, 2, 4 or 8, got ", plan.m_tiles);
+      auto has_tile = [&](MmaForm form) { return plan::row_of(MmaTileChoice{16 * plan.m_tiles, form}) >= 0; };
+      MXMOE_REQUIRE(has_tile(MmaForm::Plain) || has_tile(MmaForm::SwapAb) || has_tile(MmaForm::Wgmma), source, ": ",
+                    where, ".m_tiles must be ", m_tiles_list(std::nullopt), ", got ", plan.m_tiles);
       if (p.contains("swap_ab")) {
         MXMOE_REQUIRE(p.at("swap_ab").is_boolean(), source, ": ", where, ".swap_ab must be true or false");
-        plan.swap_ab = p.at("swap_ab").get<bool>();  // every m_tiles has a swap-AB tile
+        plan.swap_ab = p.at("swap_ab").get<bool>();
       }
       if (p.contains("wgmma")) {
         MXMOE_REQUIRE(p.at("wgmma").is_boolean(), source, ": ", where, ".wgmma must be true or false");
         plan.wgmma = p.at("wgmma").get<bool>();
         MXMOE_REQUIRE(!plan.wgmma || !plan.swap_ab, source, ": ", where, ".wgmma: a plan is wgmma or swap_ab, not both");
-        MXMOE_REQUIRE(!plan.wgmma || plan.m_tiles != 1, source, ": ", where,
-                      ".wgmma: the wgmma tiles have m_tiles 2, 4 or 8, got 1");
       }
+      const MmaForm form = plan.wgmma ? MmaForm::Wgmma : plan.swap_ab ? MmaForm::SwapAb : MmaForm::Plain;
+      const TileFamily tile_family = plan.wgmma ? TileFamily::Wgmma : plan.swap_ab ? TileFamily::Swap : TileFamily::Mma;
+      MXMOE_REQUIRE(has_tile(form), source, ": ", where,
+                    plan.wgmma ? ".wgmma: the wgmma" : plan.swap_ab ? ".swap_ab: the swap-AB" : ".m_tiles: the plain",
+                    " tiles have m_tiles ", m_tiles_list(tile_family), ", got ", plan.m_tiles);
     } else if (p.contains("batch_rows")) {
       plan.batch_rows = field(p, "batch_rows", 0, where.c_str());
-      MXMOE_REQUIRE(plan.batch_rows == 8 || plan.batch_rows == 16, source, ": ", where,
-                    ".batch_rows must be 8 or 16, got ", plan.batch_rows);
+      const std::vector<int> batches = plan::gemv_values(&kernels::TileRow::rows);
+      std::string list;
+      for (const int b : batches) list += (list.empty() ? "" : " or ") + std::to_string(b);
+      MXMOE_REQUIRE(std::find(batches.begin(), batches.end(), plan.batch_rows) != batches.end(), source, ": ", where,
+                    ".batch_rows must be ", list, ", got ", plan.batch_rows);
     }
     const bool last = i + 1 == plans.size();
     if (!last) {

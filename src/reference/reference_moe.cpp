@@ -11,6 +11,7 @@
 #include "mxmoe/error.hpp"
 #include "mxmoe/formats.hpp"
 #include "mxmoe/reference.hpp"
+#include "reference/routed_reference.hpp"
 
 namespace mxmoe {
 namespace {
@@ -99,6 +100,18 @@ double swiglu(double gate, double linear, double alpha, double limit) {
 void reference_moe_f64(const MoeConfig& config, const MoeWeights& weights, std::span<const uint16_t> hidden,
                        std::span<const float> logits, int64_t tokens, std::span<double> out,
                        const ReferenceOptions& options) {
+  config.validate();
+  MXMOE_REQUIRE(tokens >= 0, "reference_moe: tokens = ", tokens, ", expected >= 0");
+  require_span("reference_moe", "logits", logits.size(), tokens * config.num_experts, "[T, E]");
+  std::vector<int32_t> ids(static_cast<size_t>(tokens * config.top_k));
+  std::vector<float> route_weights(ids.size());
+  reference_route(config, logits, tokens, ids, route_weights);
+  reference_moe_routed_f64(config, weights, hidden, ids, route_weights, tokens, out, options);
+}
+
+void reference_moe_routed_f64(const MoeConfig& config, const MoeWeights& weights, std::span<const uint16_t> hidden,
+                              std::span<const int32_t> ids, std::span<const float> route_weights, int64_t tokens,
+                              std::span<double> out, const ReferenceOptions& options) {
   weights.validate(config);  // validates config too
   MXMOE_REQUIRE(tokens >= 0, "reference_moe: tokens = ", tokens, ", expected >= 0");
   const int64_t experts = config.num_experts;
@@ -106,12 +119,8 @@ void reference_moe_f64(const MoeConfig& config, const MoeWeights& weights, std::
   const int64_t h = config.hidden;
   const int64_t inter = config.intermediate;
   require_span("reference_moe", "hidden", hidden.size(), tokens * h, "[T, H]");
-  require_span("reference_moe", "logits", logits.size(), tokens * experts, "[T, E]");
   require_span("reference_moe", "out", out.size(), tokens * h, "[T, H]");
-
-  std::vector<int32_t> ids(static_cast<size_t>(tokens * k));
-  std::vector<float> route_weights(static_cast<size_t>(tokens * k));
-  reference_route(config, logits, tokens, ids, route_weights);
+  check_routed_input(config, ids, route_weights, tokens);
 
   // Activations as GEMM1 sees them: bf16, or bf16 -> MXFP8 -> back.
   std::vector<double> x(static_cast<size_t>(tokens * h));
@@ -182,6 +191,17 @@ void reference_moe_f64(const MoeConfig& config, const MoeWeights& weights, std::
       }
     }
   }
+}
+
+void reference_moe_routed(const MoeConfig& config, const MoeWeights& weights, std::span<const uint16_t> hidden,
+                          std::span<const int32_t> ids, std::span<const float> route_weights, int64_t tokens,
+                          std::span<uint16_t> out, const ReferenceOptions& options) {
+  weights.validate(config);
+  MXMOE_REQUIRE(tokens >= 0, "reference_moe: tokens = ", tokens, ", expected >= 0");
+  require_span("reference_moe", "out", out.size(), tokens * config.hidden, "[T, H]");
+  std::vector<double> out_f64(out.size());
+  reference_moe_routed_f64(config, weights, hidden, ids, route_weights, tokens, out_f64, options);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = double_to_bf16(out_f64[i]);
 }
 
 void reference_moe(const MoeConfig& config, const MoeWeights& weights, std::span<const uint16_t> hidden,

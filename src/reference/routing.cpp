@@ -9,6 +9,7 @@
 #include "mxmoe/error.hpp"
 #include "mxmoe/formats.hpp"
 #include "mxmoe/reference.hpp"
+#include "reference/routed_reference.hpp"
 
 namespace mxmoe {
 namespace {
@@ -70,6 +71,39 @@ void reference_route(const MoeConfig& config, std::span<const float> logits, int
       row_weights[s] = static_cast<float>(p[s] / denominator);
     }
   }
+}
+
+void check_routed_input(const MoeConfig& config, std::span<const int32_t> ids, std::span<const float> weights,
+                        int64_t tokens) {
+  MXMOE_REQUIRE(tokens >= 0, "tokens: ", tokens, ", expected >= 0");
+  const int64_t k = config.top_k;
+  MXMOE_REQUIRE(static_cast<int64_t>(ids.size()) == tokens * k, "topk_ids: ", ids.size(), " elements, expected ",
+                tokens * k, " ([T, k] with T = ", tokens, ", k = ", k, ")");
+  MXMOE_REQUIRE(static_cast<int64_t>(weights.size()) == tokens * k, "topk_weights: ", weights.size(),
+                " elements, expected ", tokens * k, " ([T, k] with T = ", tokens, ", k = ", k, ")");
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t s = 0; s < k; ++s) {
+      const auto p = static_cast<size_t>(t * k + s);
+      MXMOE_REQUIRE(ids[p] >= 0 && ids[p] < config.num_experts, "topk_ids[", t, ", ", s, "] = ", ids[p],
+                    ": expected an expert id in [0, ", config.num_experts, ")");
+      // Each expert at most once per token: every backend's kernels hold an expert's rows to <= T.
+      for (int64_t before = 0; before < s; ++before)
+        MXMOE_REQUIRE(ids[static_cast<size_t>(t * k + before)] != ids[p], "topk_ids: token ", t, " names expert ",
+                      ids[p], " twice (slots ", before, " and ", s, "); a token's k experts must be distinct");
+      MXMOE_REQUIRE(std::isfinite(weights[p]) && weights[p] >= 0.f, "topk_weights[", t, ", ", s, "] = ", weights[p],
+                    ": expected a finite weight >= 0");
+    }
+  }
+}
+
+std::vector<int32_t> narrow_routed_ids(std::span<const int64_t> ids, int top_k, int experts) {
+  std::vector<int32_t> out(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    MXMOE_REQUIRE(ids[i] >= 0 && ids[i] < experts, "topk_ids[", i / static_cast<size_t>(top_k), ", ",
+                  i % static_cast<size_t>(top_k), "] = ", ids[i], ": expected an expert id in [0, ", experts, ")");
+    out[i] = static_cast<int32_t>(ids[i]);
+  }
+  return out;
 }
 
 void reference_router_logits(const MoeConfig& config, std::span<const uint16_t> hidden, int64_t tokens,

@@ -1,7 +1,8 @@
-// route + permute: top-k and softmax per token, histogram, scan and the stable order (expert, then
-// token, then slot), deterministic and without a host round trip. Up to kSingleBlockTokens tokens
-// one block does everything (no global atomics); above, many blocks route into per-segment
-// histograms, and a second launch ranks each segment's pairs in its own block (docs/gpu-pipeline.md).
+// route + permute: top-k and softmax per token (or the engine's ids and weights as given), histogram,
+// scan and the stable order (expert, then token, then slot), deterministic and without a host round
+// trip. Up to kSingleBlockTokens tokens one block does everything (no global atomics); above, many
+// blocks route into per-segment histograms, and a second launch ranks each segment's pairs in its own
+// block (docs/gpu-pipeline.md).
 #include <cfloat>
 #include <algorithm>
 #include <climits>
@@ -9,6 +10,7 @@
 #include "common/pdl_launch.cuh"
 #include "common/cuda_check.hpp"
 #include "routing/routing.hpp"
+#include "common/routed_pairs.cuh"
 #include "common/warp_topk.cuh"
 
 namespace mxmoe::routing {
@@ -20,7 +22,7 @@ constexpr int kMaxWarps = kMaxThreads / 32;
 constexpr int64_t kSingleBlockTokens = 8;
 
 struct RouteArgs {
-  const float* logits;
+  RouteSource source;
   int tokens, experts, top_k;
   bool softmax_first, renormalize;
   RoutingBuffers out;
@@ -36,10 +38,15 @@ __device__ void store_pair(const RouteArgs& a, int t, int lane, int id, float we
   }
 }
 
-// Token t's top-k and weights (warp_route_token): lane s < k holds slot s.
+// Token t's top-k and weights (warp_route_token), or its given pairs (load_routed_pairs): lane s < k
+// holds slot s. Warp-collective.
 __device__ void top_k_of(const RouteArgs& a, int t, int lane, int& id, float& weight) {
-  warp_route_token(a.logits + static_cast<int64_t>(t) * a.experts, a.experts, a.top_k, a.softmax_first, a.renormalize,
-                   lane, id, weight);
+  if (a.source.topk_ids != nullptr)
+    load_routed_pairs(a.source.topk_ids, a.source.ids64, a.source.topk_weights, static_cast<int64_t>(t) * a.top_k,
+                      a.top_k, a.top_k, a.experts, lane, id, weight);
+  else
+    warp_route_token(a.source.logits + static_cast<int64_t>(t) * a.experts, a.experts, a.top_k, a.softmax_first,
+                     a.renormalize, lane, id, weight);
 }
 
 __device__ void route_token(const RouteArgs& a, int t, int lane, int* counts) {
@@ -146,8 +153,8 @@ __global__ void __launch_bounds__(kMaxThreads) route_permute_kernel(RouteArgs a)
   __shared__ int running[kMaxExperts];
   __shared__ int warp_counts[kMaxWarps][kMaxExperts];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = blockDim.x / 32;
-  // The top-k reads only the logits, which are complete when the forward is enqueued
-  // (docs/gpu-pipeline.md): it runs before the wait, under the predecessor's tail. Its results are
+  // The top-k reads only the logits (or the given ids and weights), which are complete when the forward
+  // is enqueued (docs/gpu-pipeline.md): it runs before the wait, under the predecessor's tail. Its results are
   // written after the wait, since the previous forward may still read the routing buffers.
   int ids[kTokensPerWarp];
   float weights[kTokensPerWarp];
@@ -157,7 +164,7 @@ __global__ void __launch_bounds__(kMaxThreads) route_permute_kernel(RouteArgs a)
     if (t < a.tokens) top_k_of(a, t, lane, ids[j], weights[j]);
   }
   // Programmatic dependent launch: wait for the predecessor, then let the next kernel launch; it may
-  // read our inputs (the logits) at once, our outputs only after its wait.
+  // read our inputs (the logits, or ids and weights) at once, our outputs only after its wait.
   cudaGridDependencySynchronize();
   cudaTriggerProgrammaticLaunchCompletion();
   clear_zero_counts(a);
@@ -225,10 +232,10 @@ __global__ void __launch_bounds__(kMaxThreads) rank_segments_kernel(RouteArgs a,
 
 }  // namespace
 
-void route_and_permute(const MoeConfig& config, const float* logits, int64_t tokens, const RoutingBuffers& buffers,
-                       cudaStream_t stream) {
+void route_and_permute(const MoeConfig& config, const RouteSource& source, int64_t tokens,
+                       const RoutingBuffers& buffers, cudaStream_t stream) {
   // MoeConfig::validate holds E <= kMaxExperts and k <= kMaxTopk, the sizes this kernel is built for.
-  RouteArgs a{logits,
+  RouteArgs a{source,
               static_cast<int>(tokens),
               config.num_experts,
               config.top_k,

@@ -33,10 +33,30 @@ inline int route_segment_tokens(int64_t tokens) {
   return static_cast<int>(std::max<int64_t>(64, (per + 15) / 16 * 16));
 }
 
-// Routing of T tokens from fp32 logits [T, E], histogram, scan and the stable order: one launch for
-// T <= 8, else a memset of the segment histograms and two launches.
-void route_and_permute(const MoeConfig& config, const float* logits, int64_t tokens, const RoutingBuffers& buffers,
-                       cudaStream_t stream);
+// What a forward is routed by: the router logits [T, E] fp32 (top-k and softmax in the config's order),
+// or the engine's own routing, ids [T, k] (int32, or int64 with ids64) and weights [T, k] fp32, used as
+// given (no softmax, no renormalisation; slot order is the combine's order). Device pointers for the GPU
+// backends, host pointers for the reference. The next issue's expert map belongs to the second form.
+struct RouteSource {
+  const float* logits = nullptr;
+  const void* topk_ids = nullptr;
+  bool ids64 = false;
+  const float* topk_weights = nullptr;
+  bool routed() const { return topk_ids != nullptr; }
+};
+
+// Routing of T tokens (from the logits, or the given ids and weights: common/routed_pairs.cuh says what
+// ids that are not k distinct experts in [0, E) become), histogram, scan and the stable order: one launch
+// for T <= 8, else a memset of the segment histograms and two launches. Either source fills the same
+// buffers the same way, so a forward routed by ids equal to the logits route's gives the same bits.
+void route_and_permute(const MoeConfig& config, const RouteSource& source, int64_t tokens,
+                       const RoutingBuffers& buffers, cudaStream_t stream);
+inline void route_and_permute(const MoeConfig& config, const float* logits, int64_t tokens,
+                              const RoutingBuffers& buffers, cudaStream_t stream) {
+  RouteSource source;
+  source.logits = logits;
+  route_and_permute(config, source, tokens, buffers, stream);
+}
 
 // out[t, :] = bf16( sum over s < k of rows[pair_row[t*k+s], :] ) in fp32, rows fp32 [T*k, H].
 void combine_rows(const float* rows, const int32_t* pair_row, int64_t tokens, int top_k, int hidden, uint16_t* out,

@@ -26,6 +26,19 @@ run_step("cmake --install" "${CMAKE_COMMAND}" --install "${BINARY_DIR}" --prefix
 if(NOT EXISTS "${prefix}/include/mxmoe/mxmoe.hpp")
   message(FATAL_ERROR "install test: ${prefix}/include/mxmoe/mxmoe.hpp was not installed")
 endif()
+# The command goes to bin/ (where a build with tools has it), and runs from there: --version, and
+# `probe`, which needs no GPU.
+file(STRINGS "${BINARY_DIR}/CMakeCache.txt" tools_line REGEX "^MXMOE_BUILD_TOOLS:BOOL=(ON|TRUE|1)$")
+if(tools_line)
+  if(NOT EXISTS "${prefix}/bin/mxmoe")
+    message(FATAL_ERROR "install test: ${prefix}/bin/mxmoe was not installed")
+  endif()
+  run_step("bin/mxmoe --version" "${prefix}/bin/mxmoe" --version)
+  if(NOT step_output MATCHES "^mxmoe [0-9]+\\.[0-9]+\\.[0-9]+")
+    message(FATAL_ERROR "install test: bin/mxmoe --version printed '${step_output}'")
+  endif()
+  run_step("bin/mxmoe probe" "${prefix}/bin/mxmoe" probe)
+endif()
 
 # The consumer sees only the prefix (and the system), never the source or build tree.
 # The consumer is host C++ only, so CUDA_ARCHS is not needed there. A sanitizer build installs an

@@ -2,10 +2,14 @@
 #include "cli_common.hpp"
 
 #include <cuda_runtime.h>
+#include <unistd.h>
 
+#include <CLI/CLI.hpp>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <random>
@@ -23,6 +27,62 @@ std::string joined(const std::vector<std::string>& names) {
   return out;
 }
 
+namespace {
+// A whole decimal number parsed into T with nothing left over; nullopt for "", "1e3", "0x10", "-1"
+// into an unsigned type, and values past T's range.
+template <class T>
+std::optional<T> parse_whole(const std::string& text) {
+  T value{};
+  const char* end = text.data() + text.size();
+  const std::from_chars_result r = std::from_chars(text.data(), end, value, 10);
+  if (text.empty() || r.ec != std::errc() || r.ptr != end) return std::nullopt;
+  return value;
+}
+}  // namespace
+
+CLI::Validator integer_in(int64_t lo, int64_t hi) {
+  const std::string range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  return CLI::Validator(
+      [lo, hi, range](std::string& text) -> std::string {
+        const std::optional<int64_t> value = parse_whole<int64_t>(text);
+        if (value && *value >= lo && *value <= hi) return {};
+        return "'" + text + "' is not an integer in " + range;
+      },
+      "INT in " + range, "integer_in");
+}
+
+CLI::Validator seed_value() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        if (parse_whole<uint64_t>(text)) return {};
+        return "'" + text + "' is not a seed: expected an integer in [0, 18446744073709551615]";
+      },
+      "UINT64", "seed");
+}
+
+void check_environment() {
+  try {
+    with_environment(RunnerOptions{});
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+}
+
+void check_output_path(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (path.empty()) throw UsageError("--output: empty path");
+  if (fs::is_directory(path, ec)) throw UsageError("--output: '" + path + "' is a directory; give a file name");
+  if (fs::exists(path, ec)) {
+    if (::access(path.c_str(), W_OK) != 0) throw UsageError("--output: '" + path + "' is not writable");
+    return;
+  }
+  const fs::path parent = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+  if (!fs::is_directory(parent, ec))
+    throw UsageError("--output: the folder '" + parent.string() + "' of '" + path + "' does not exist");
+  if (::access(parent.c_str(), W_OK) != 0)
+    throw UsageError("--output: the folder '" + parent.string() + "' of '" + path + "' is not writable");
+}
 
 std::string validate_backend_name(std::string& value) {
   try {
@@ -113,7 +173,7 @@ ForwardResult run_forward(const MoeRunner& runner, std::span<const uint16_t> hid
   const DeviceBuffer d_logits(router_logits.data(), router_logits.size_bytes());
   const DeviceBuffer d_out(hidden_elems * sizeof(uint16_t));
   const DeviceBuffer d_workspace(runner.workspace_bytes());
-  MXMOE_CUDA_CHECK(cudaMemset(d_out.get(), 0xFF, d_out.bytes()));
+  if (d_out.bytes() > 0) MXMOE_CUDA_CHECK(cudaMemset(d_out.get(), 0xFF, d_out.bytes()));
   MXMOE_CUDA_CHECK(cudaDeviceSynchronize());
 
   const auto start = clock::now();
@@ -124,7 +184,8 @@ ForwardResult run_forward(const MoeRunner& runner, std::span<const uint16_t> hid
   MXMOE_CUDA_CHECK(cudaDeviceSynchronize());
   result.milliseconds = std::chrono::duration<double, std::milli>(clock::now() - start).count();
 
-  MXMOE_CUDA_CHECK(cudaMemcpy(result.out.data(), d_out.get(), d_out.bytes(), cudaMemcpyDeviceToHost));
+  if (d_out.bytes() > 0)
+    MXMOE_CUDA_CHECK(cudaMemcpy(result.out.data(), d_out.get(), d_out.bytes(), cudaMemcpyDeviceToHost));
   return result;
 }
 
@@ -173,7 +234,11 @@ MoeConfig custom_config(int experts, int top_k, int hidden, int intermediate) {
   config.top_k = top_k;
   config.hidden = hidden;
   config.intermediate = intermediate;
-  config.validate();
+  try {
+    config.validate();
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
   return config;
 }
 

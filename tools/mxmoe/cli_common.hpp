@@ -9,10 +9,12 @@
 #include <vector>
 
 #include "mxmoe/config.hpp"
+#include "mxmoe/error.hpp"
 #include "mxmoe/runner.hpp"
 
 namespace CLI {
 class App;
+class Validator;
 }
 
 namespace mxmoe::cli {
@@ -20,7 +22,15 @@ namespace mxmoe::cli {
 // Exit codes of every subcommand.
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;  // a failed check, a mxmoe::Error at run time
-inline constexpr int kExitUsage = 2;    // bad command line
+inline constexpr int kExitUsage = 2;    // bad command line or environment
+
+// What the user typed is wrong (an option value, or MXMOE_BACKEND and the other variables): main()
+// prints "error: <message>" and exits 2. Failures of files, devices or computations stay mxmoe::Error
+// (exit 1).
+class UsageError : public Error {
+ public:
+  using Error::Error;
+};
 
 // Each subcommand registers itself on `app`; when it is the one parsed, its callback runs the
 // command and stores the exit code in `exit_code`. A mxmoe::Error thrown by a callback escapes
@@ -36,6 +46,17 @@ void add_plan_command(CLI::App& app, int& exit_code);  // cmd_plan.cpp
 // --- command-line helpers ----------------------------------------------------------------------
 // The valid names joined for help texts: "auto, reference, gemv".
 std::string joined(const std::vector<std::string>& names);
+// Integer options: the text must be a whole decimal number in [lo, hi]. CLI11 alone wraps "-1" into an
+// unsigned option and prints the range of a double for NonNegativeNumber; this names the range instead.
+CLI::Validator integer_in(int64_t lo, int64_t hi);
+// A --seed: any integer in [0, 2^64).
+CLI::Validator seed_value();
+// The variables the runner reads (MXMOE_BACKEND, MXMOE_PLAN, MXMOE_TUNE_FILE, MXMOE_LOG), parsed
+// before any work: a bad value is a UsageError naming the variable.
+void check_environment();
+// --output: the file can be created or overwritten (its folder exists and is writable, and it is not
+// a folder), checked before the forward so a long run does not end in a failed write.
+void check_output_path(const std::string& path);
 // Checks a --backend value with mxmoe::parse_backend, so the usage error lists the valid names.
 std::string validate_backend_name(std::string& value);
 // Checks a --preset value with MoeConfig::preset.
@@ -79,7 +100,8 @@ ErrorStats compare_to_reference(std::span<const uint16_t> out, std::span<const d
 size_t count_nan_bf16(std::span<const uint16_t> values);
 
 std::string describe_shape(const MoeConfig& config);
-// An explicit shape (--experts --top-k --hidden --intermediate) as a validated config named "custom".
+// An explicit shape (--experts --top-k --hidden --intermediate) as a validated config named "custom";
+// an invalid one is a UsageError naming the field.
 MoeConfig custom_config(int experts, int top_k, int hidden, int intermediate);
 
 }  // namespace mxmoe::cli

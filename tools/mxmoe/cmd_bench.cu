@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -27,6 +28,7 @@
 #include "gpu_monitor.hpp"
 #include "moe/green_context.hpp"
 #include "plan/device_caps.hpp"
+#include "plan/tile_rows.hpp"
 #include "plan/tune_table.hpp"
 #include "mxmoe/mxmoe.hpp"
 
@@ -225,46 +227,28 @@ void progress(size_t done, size_t total, const std::string& what) {
   if (done == total) std::cerr << "\n";
 }
 
-// --tune: every batch size timed with each kernel family and tile the planner can choose (GEMV with
-// 8- and 16-row batches; the tensor-core family with 16, 32 and 64-row tiles, the swap-AB
-// tiles of 16, 32, 64 and 128 rows and, on Hopper, the wgmma tiles of 32, 64 and 128 rows), the fastest
-// kept, and the choices written as the preference table (plan/tune_table.hpp) that the runner reads
-// from RunnerOptions::tune_file or MXMOE_TUNE_FILE. Each candidate is forced through RunnerOptions::plan
-// (mxmoe/plan_override.hpp). Boundaries between choices sit at the geometric mean of the rows per
-// expert of the batch sizes on either side.
+// --tune: every batch size timed with each tile of the tile table that a tune table can select
+// (plan::tune_candidates: the GEMV batches, the register-decode, swap-AB and, on Hopper, wgmma tiles
+// this build has; those this device cannot run are skipped), the fastest kept, and the choices written
+// as the preference table (plan/tune_table.hpp) that the runner reads from RunnerOptions::tune_file or
+// MXMOE_TUNE_FILE. Each candidate is forced through RunnerOptions::plan (mxmoe/plan_override.hpp) and
+// named by that override. Boundaries between choices sit at the geometric mean of the rows per expert of
+// the batch sizes on either side.
 void write_tune_table(const BenchOptions& o, const MoeConfig& cfg, const GpuInfo& gpu, const MoeLayerData& host,
                       int layers, const DevBuf& d_hidden, const DevBuf& d_out, const std::vector<DevBuf>& d_logits,
                       cudaStream_t stream, GpuMonitor& monitor) {
   struct Candidate {
-    const char* name;
-    Backend backend;
-    int m_tiles;     // 0: the GEMV family
-    int batch_rows;  // the GEMV family's batch
-    bool swap_ab;    // the swap-AB form of the tensor-core tile
-    bool wgmma;      // Hopper's wgmma tile (sm90/)
-    // The runner's forced plan: the GEMV batch, or the tensor-core tile of 16 * m_tiles rows and its form.
-    PlanOverride plan() const {
-      PlanOverride p;
-      if (m_tiles == 0)
-        p.gemv_batch_rows = batch_rows;
-      else
-        p.mma_tile = MmaTileChoice{mma::block_m(m_tiles),
-                                   wgmma ? MmaForm::Wgmma : swap_ab ? MmaForm::SwapAb : MmaForm::Plain};
-      return p;
-    }
+    const kernels::TileRow* row;
+    std::string name;     // the MXMOE_PLAN form that forces it, e.g. "mma=swap16"
+    plan::TileForce force;
+    TunePlan tune;        // what the tune table says where it wins
   };
-  const Candidate candidates[] = {{"gemv", Backend::Gemv, 0, 8, false, false},
-                                  {"gemv b16", Backend::Gemv, 0, gemv::kWideBatchRows, false, false},
-                                  {"mma m16", Backend::Mma, 1, 8, false, false},
-                                  {"mma m32", Backend::Mma, 2, 8, false, false},
-                                  {"mma m64", Backend::Mma, 4, 8, false, false},
-                                  {"swap n16", Backend::Mma, 1, 8, true, false},
-                                  {"swap n32", Backend::Mma, 2, 8, true, false},
-                                  {"swap n64", Backend::Mma, 4, 8, true, false},
-                                  {"swap n128", Backend::Mma, 8, 8, true, false},
-                                  {"wgmma n32", Backend::Mma, 2, 8, false, true},
-                                  {"wgmma n64", Backend::Mma, 4, 8, false, true},
-                                  {"wgmma n128", Backend::Mma, 8, 8, false, true}};
+  std::vector<Candidate> candidates;
+  for (const size_t r : plan::tune_candidates()) {
+    const kernels::TileRow& row = kernels::kTileTable[r];
+    const plan::TileForce force = plan::force_of(row);
+    candidates.push_back({&row, to_string(force.plan), force, *plan::tune_plan_of(row)});
+  }
   std::vector<int64_t> tokens;
   for (const int64_t t : o.tokens)
     if (t > 0) tokens.push_back(t);
@@ -277,13 +261,14 @@ void write_tune_table(const BenchOptions& o, const MoeConfig& cfg, const GpuInfo
   RunnerOptions ropt;
   ropt.max_tokens = tokens.back();
   ropt.use_env = false;
-  std::vector<std::vector<double>> us(std::size(candidates), std::vector<double>(tokens.size(), INFINITY));
-  for (size_t c = 0; c < std::size(candidates); ++c) {
-    if (candidates[c].wgmma ? !sm90::wgmma_runs(gpu.index)
-                            : candidates[c].m_tiles > 0 && !mma::tile_supported({candidates[c].m_tiles, candidates[c].swap_ab}))
+  std::vector<std::vector<double>> us(candidates.size(), std::vector<double>(tokens.size(), INFINITY));
+  for (size_t c = 0; c < candidates.size(); ++c) {
+    const kernels::TileRow& row = *candidates[c].row;
+    if ((row.archs & kernels::arch_of(gpu.cc_major, gpu.cc_minor)) == 0 ||
+        (row.family == kernels::TileFamily::Wgmma && !sm90::wgmma_runs(gpu.index)))
       continue;
-    ropt.backend = candidates[c].backend;
-    ropt.plan = candidates[c].plan();
+    ropt.backend = candidates[c].force.backend;
+    ropt.plan = candidates[c].force.plan;
     std::vector<MoeRunner> runners;
     try {
       for (int l = 0; l < layers; ++l) runners.emplace_back(cfg, host.view(), ropt);
@@ -301,7 +286,7 @@ void write_tune_table(const BenchOptions& o, const MoeConfig& cfg, const GpuInfo
       });
       us[c][ti] = timing.ms * 1e3 / layers;
     }
-    progress(c + 1, std::size(candidates), "tune candidates");
+    progress(c + 1, candidates.size(), "tune candidates");
   }
   TuneTable table;
   table.device = gpu.name;
@@ -311,26 +296,20 @@ void write_tune_table(const BenchOptions& o, const MoeConfig& cfg, const GpuInfo
   table.hidden = cfg.hidden;
   table.intermediate = cfg.intermediate;
   std::cout << "tune: us per layer (";
-  for (size_t c = 0; c < std::size(candidates); ++c) std::cout << (c ? ", " : "") << candidates[c].name;
+  for (size_t c = 0; c < candidates.size(); ++c) std::cout << (c ? ", " : "") << candidates[c].name;
   std::cout << ") -> choice\n";
   int previous = -1;
   for (size_t ti = 0; ti < tokens.size(); ++ti) {
     int best = 0;
-    for (size_t c = 1; c < std::size(candidates); ++c)
+    for (size_t c = 1; c < candidates.size(); ++c)
       if (us[c][ti] < us[best][ti]) best = static_cast<int>(c);
     std::cout << std::setw(6) << tokens[ti] << std::fixed << std::setprecision(1);
-    for (size_t c = 0; c < std::size(candidates); ++c) std::cout << std::setw(10) << us[c][ti];
+    for (size_t c = 0; c < candidates.size(); ++c) std::cout << std::setw(10) << us[c][ti];
     std::cout << "  -> " << candidates[best].name << "\n";
     if (best != previous) {
       if (!table.plans.empty())  // close the previous run between its last and this first batch size
         table.plans.back().max_rows_per_expert = std::sqrt(rows_per_expert(tokens[ti - 1]) * rows_per_expert(tokens[ti]));
-      TunePlan plan;
-      plan.mma = candidates[best].m_tiles > 0;
-      plan.m_tiles = plan.mma ? candidates[best].m_tiles : 4;
-      plan.batch_rows = candidates[best].batch_rows;
-      plan.swap_ab = candidates[best].swap_ab;
-      plan.wgmma = candidates[best].wgmma;
-      table.plans.push_back(plan);
+      table.plans.push_back(candidates[best].tune);
       previous = best;
     }
   }
@@ -539,34 +518,50 @@ int run_bench(const BenchOptions& o) {
 void add_bench_command(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<BenchOptions>();
   CLI::App* cmd = app.add_subcommand("bench", "Time the MoE layer on the GPU per batch size (graph replay, L2 rotated)");
-  cmd->add_option("--preset", o->preset, "Model preset: " + joined(MoeConfig::preset_names()))->capture_default_str();
-  cmd->add_option("--experts", o->experts, "Explicit shape: experts E (with --top-k --hidden --intermediate)");
-  cmd->add_option("--top-k", o->top_k, "Explicit shape: top-k");
-  cmd->add_option("--hidden", o->hidden, "Explicit shape: hidden H");
-  cmd->add_option("--intermediate", o->intermediate, "Explicit shape: intermediate I");
-  cmd->add_option("--tokens", o->tokens, "Batch sizes to time")->delimiter(',')->capture_default_str();
-  cmd->add_option("--backend", o->backend, "Backend: " + joined(backend_names()))->capture_default_str();
+  cmd->add_option("--preset", o->preset, "Model preset: " + joined(MoeConfig::preset_names()))
+      ->capture_default_str()
+      ->check(CLI::Validator(validate_preset_name, "PRESET", "preset"));
+  const CLI::Validator positive_int = integer_in(1, std::numeric_limits<int>::max());
+  cmd->add_option("--experts", o->experts, "Explicit shape: experts E (with --top-k --hidden --intermediate)")
+      ->check(positive_int);
+  cmd->add_option("--top-k", o->top_k, "Explicit shape: top-k")->check(positive_int);
+  cmd->add_option("--hidden", o->hidden, "Explicit shape: hidden H")->check(positive_int);
+  cmd->add_option("--intermediate", o->intermediate, "Explicit shape: intermediate I")->check(positive_int);
+  cmd->add_option("--tokens", o->tokens, "Batch sizes to time")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(integer_in(1, int64_t{1} << 20));
+  cmd->add_option("--backend", o->backend, "Backend: " + joined(backend_names()))
+      ->capture_default_str()
+      ->check(CLI::Validator(validate_backend_name, "BACKEND", "backend"));
   cmd->add_option("--target", o->target,
                   "Plan for this target and run its plan on this GPU (on its SM count where that is fewer): " +
                       joined(plan::target_names()))
       ->check(CLI::IsMember(plan::target_names()));
   cmd->add_option("--iterations", o->iterations, "Timed graph replays per batch (median)")->check(CLI::Range(50, 100000))->capture_default_str();
-  cmd->add_option("--warmup", o->warmup, "Untimed replays first (at least)")->capture_default_str();
+  cmd->add_option("--warmup", o->warmup, "Untimed replays first (at least)")
+      ->check(integer_in(0, 1000000))
+      ->capture_default_str();
   cmd->add_option("--warmup-ms", o->warmup_ms,
                   "Untimed replays first for at least this long, so clocks and power settle as in sustained use")
       ->check(CLI::Range(0.0, 60000.0))
       ->capture_default_str();
-  cmd->add_option("--layers", o->layers, "Layers to rotate (0: enough to exceed 4x L2)")->capture_default_str();
+  cmd->add_option("--layers", o->layers, "Layers to rotate (0: enough to exceed 4x L2)")
+      ->check(integer_in(0, 4096))
+      ->capture_default_str();
   cmd->add_option("--json", o->json_path, "Write the benchmark record (bench/README.md) to this file");
   cmd->add_flag("--stages", o->stages, "Also time each stage (route, gemm1, gemm2, combine)");
   cmd->add_option("--tune", o->tune_path,
                   "Also time every kernel family and tile per batch size and write the planner's preference "
                   "table to this file (read by the runner from MXMOE_TUNE_FILE); each timing warms up for "
                   "--warmup-ms, so a shorter warm-up shortens the run");
-  cmd->add_option("--seed", o->seed, "Seed of the random weights and inputs")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Seed of the random weights and inputs")->check(seed_value())->capture_default_str();
   cmd->callback([o, &exit_code] {
-    MXMOE_REQUIRE(o->experts == 0 || (o->top_k > 0 && o->hidden > 0 && o->intermediate > 0),
-                  "--experts needs --top-k, --hidden and --intermediate too");
+    // Usage errors before the GPU is looked for.
+    check_environment();
+    if (o->experts != 0 && !(o->top_k > 0 && o->hidden > 0 && o->intermediate > 0))
+      throw UsageError("--experts needs --top-k, --hidden and --intermediate too");
+    if (o->experts != 0) custom_config(o->experts, o->top_k, o->hidden, o->intermediate);
     exit_code = run_bench(*o);
   });
 }

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "cli_common.hpp"
@@ -20,10 +21,29 @@ struct GenOptions {
   std::string out;
   std::string naming = "hf";
   uint64_t seed = 0;
+  bool force = false;
   CLI::Option* seed_opt = nullptr;
 };
 
+// --out must be a new or empty folder unless --force: writing into a real model's folder would replace
+// its config.json.
+void check_out_dir(const std::string& out, bool force) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(out, ec)) return;
+  if (!fs::is_directory(out, ec)) throw UsageError("--out: '" + out + "' exists and is not a directory");
+  if (force) return;
+  size_t entries = 0;
+  for (auto it = fs::directory_iterator(out, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) ++entries;
+  if (ec) throw UsageError("--out: cannot list '" + out + "': " + ec.message());
+  if (entries > 0)
+    throw UsageError("--out: '" + out + "' is not empty (" + std::to_string(entries) +
+                     " entries); give a new or empty directory, or --force to write config.json and "
+                     "model.safetensors into it");
+}
+
 int run_gen_checkpoint(const GenOptions& o) {
+  check_out_dir(o.out, o.force);
   CheckpointConfig config;
   config.moe = MoeConfig::preset(o.preset);
   config.num_layers = o.layers;
@@ -53,12 +73,15 @@ void add_gen_checkpoint_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--preset", o->preset, "Model shape: " + joined(MoeConfig::preset_names()))
       ->required()
       ->check(CLI::Validator(validate_preset_name, "PRESET", "preset"));
-  cmd->add_option("--layers", o->layers, "Number of layers")->required()->check(CLI::Range(1, 1024));
-  cmd->add_option("--out", o->out, "Output directory (created if missing)")->required();
+  cmd->add_option("--layers", o->layers, "Number of layers")->required()->check(integer_in(1, 1024));
+  cmd->add_option("--out", o->out, "Output directory: new or empty (created if missing)")->required();
+  cmd->add_flag("--force", o->force,
+                "Write into a non-empty --out, replacing its config.json and model.safetensors (other files stay)");
   cmd->add_option("--naming", o->naming, "Tensor names: hf (Hugging Face) or original")
       ->capture_default_str()
       ->check(CLI::IsMember({"hf", "original"}));
-  o->seed_opt = cmd->add_option("--seed", o->seed, "Random seed; layer n uses seed + n (default: a fresh one, printed)");
+  o->seed_opt = cmd->add_option("--seed", o->seed, "Random seed; layer n uses seed + n (default: a fresh one, printed)")
+                    ->check(seed_value());
   cmd->callback([o, &exit_code] { exit_code = run_gen_checkpoint(*o); });
 }
 

@@ -37,7 +37,7 @@ int run_plan(const PlanOptions& o) {
   }
   in.config = config;
   in.backend = parse_backend(o.backend);
-  MXMOE_REQUIRE(in.backend != Backend::Reference, "--backend: 'reference' has no GPU plan");
+  if (in.backend == Backend::Reference) throw UsageError("--backend: 'reference' has no GPU plan");
   in.force = parse_plan_override(o.plan, "--plan");
   const plan::Planner planner(in);
   std::cout << "plan: " << describe_shape(config) << ", backend " << o.backend << "\n";
@@ -61,11 +61,23 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--tokens", o->tokens, "Batch sizes")
       ->delimiter(',')
       ->capture_default_str()
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+      ->check(integer_in(0, int64_t{1} << 20));
   cmd->add_option("--backend", o->backend, "GPU backend: auto, gemv, mma, mx-emulated, mx")
       ->capture_default_str()
       ->check(CLI::Validator(validate_backend_name, "BACKEND", "backend"));
-  cmd->add_option("--plan", o->plan, "Force parts of the plan, as MXMOE_PLAN (e.g. mma=swap32,ksplit=4)");
+  // The syntax is checked here (exit 2); a value this target cannot run is the planner's error (exit 1).
+  cmd->add_option("--plan", o->plan, "Force parts of the plan, as MXMOE_PLAN (e.g. mma=swap32,ksplit=4)")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            try {
+              parse_plan_override(text, "--plan");
+            } catch (const Error& e) {
+              const std::string message = e.what();  // "--plan: ...": CLI11 names the option itself
+              return message.starts_with("--plan: ") ? message.substr(8) : message;
+            }
+            return {};
+          },
+          "KEY=VALUE,...", "plan"));
   cmd->callback([o, &exit_code] { exit_code = run_plan(*o); });
 }
 

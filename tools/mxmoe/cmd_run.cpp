@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "cli_common.hpp"
@@ -42,11 +44,15 @@ uint64_t fnv1a(std::span<const uint16_t> values) {
 }
 
 int run_run(const RunOptions& o) {
+  // What was typed is checked before the checkpoint is read and the forward runs.
+  check_environment();
+  if (o.output_opt->count() > 0) check_output_path(o.output);
   const Checkpoint checkpoint(o.checkpoint);
   const MoeConfig& config = checkpoint.config().moe;
   const int num_layers = checkpoint.config().num_layers;
-  MXMOE_REQUIRE(o.layer >= 0 && o.layer < num_layers, "--layer: ", o.layer, " is out of range; the checkpoint has ",
-                num_layers, " layers (0..", num_layers - 1, ")");
+  if (o.layer >= num_layers)
+    throw UsageError("--layer: " + std::to_string(o.layer) + " is out of range; the checkpoint has " +
+                     std::to_string(num_layers) + " layers (0.." + std::to_string(num_layers - 1) + ")");
   const MoeLayerData layer = checkpoint.load_layer(o.layer);
   MXMOE_REQUIRE(!layer.router_weight.empty(), "layer ", o.layer, ": the checkpoint has no router weight");
   const auto h = static_cast<size_t>(config.hidden);
@@ -57,13 +63,17 @@ int run_run(const RunOptions& o) {
   std::string input_text;
   if (o.input_opt->count() > 0) {
     hidden = read_bf16_file(o.input);
+    // A size that does not fit the layer is a usage error: the file given is not this layer's input.
     if (o.tokens_opt->count() == 0) {
-      MXMOE_REQUIRE(!hidden.empty() && hidden.size() % h == 0, "--input: '", o.input, "' holds ", hidden.size(),
-                    " bf16 values; expected a positive multiple of hidden = ", h, " (tokens x hidden)");
+      if (hidden.size() % h != 0)
+        throw UsageError("--input: '" + o.input + "' holds " + std::to_string(hidden.size()) +
+                         " bf16 values; expected a multiple of hidden = " + std::to_string(h) + " (tokens x hidden)");
       tokens = static_cast<int64_t>(hidden.size() / h);
     }
-    MXMOE_REQUIRE(hidden.size() == static_cast<size_t>(tokens) * h, "--input: '", o.input, "' holds ", hidden.size(),
-                  " bf16 values; expected tokens x hidden = ", tokens, " x ", h, " = ", static_cast<size_t>(tokens) * h);
+    if (hidden.size() != static_cast<size_t>(tokens) * h)
+      throw UsageError("--input: '" + o.input + "' holds " + std::to_string(hidden.size()) +
+                       " bf16 values; expected tokens x hidden = " + std::to_string(tokens) + " x " +
+                       std::to_string(h) + " = " + std::to_string(static_cast<size_t>(tokens) * h));
     input_text = o.input;
   } else {
     const uint64_t seed = seed_or_random(o.seed_opt->count() > 0 ? std::optional(o.seed) : std::nullopt);
@@ -118,13 +128,16 @@ void add_run_command(CLI::App& app, int& exit_code) {
   CLI::App* cmd = app.add_subcommand("run", "Run one MoE layer of a checkpoint on one backend");
   auto o = std::make_shared<RunOptions>();
   cmd->add_option("--checkpoint", o->checkpoint, "Checkpoint directory (config.json + *.safetensors)")->required();
-  cmd->add_option("--layer", o->layer, "Layer index")->required()->check(CLI::NonNegativeNumber);
-  o->tokens_opt = cmd->add_option("--tokens", o->tokens, "Tokens T (default 8, or from the size of --input)")
-                      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  o->seed_opt = cmd->add_option("--seed", o->seed, "Seed of the random hidden states (default: a fresh one, printed)");
+  cmd->add_option("--layer", o->layer, "Layer index")
+      ->required()
+      ->check(integer_in(0, std::numeric_limits<int>::max()));
+  o->tokens_opt = cmd->add_option("--tokens", o->tokens, "Tokens T (default 8, or from the size of --input; 0 is valid)")
+                      ->check(integer_in(0, int64_t{1} << 20));
+  o->seed_opt = cmd->add_option("--seed", o->seed, "Seed of the random hidden states (default: a fresh one, printed)")
+                    ->check(seed_value());
   o->input_opt = cmd->add_option("--input", o->input, "Hidden states: raw bf16 [T, H] (little-endian)")
                      ->check(CLI::ExistingFile);
-  o->output_opt = cmd->add_option("--output", o->output, "Write the output as raw bf16 [T, H]");
+  o->output_opt = cmd->add_option("--output", o->output, "Write the output as raw bf16 [T, H] (checked before the run)");
   o->input_opt->excludes(o->seed_opt);
   o->backend_opt = cmd->add_option("--backend", o->backend,
                                    "Backend: " + joined(backend_names()) + " (default: MXMOE_BACKEND, else auto)")

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <random>
 #include <vector>
@@ -36,6 +37,7 @@ size_t free_device_memory() {
 }
 
 int run_soak(const SoakOptions& o) {
+  check_environment();
   MXMOE_REQUIRE(gpu_available(), "soak: needs a usable GPU (", probe().no_gpu_reason, ")");
   MXMOE_REQUIRE(o.forwards >= 1, "--forwards: must be >= 1");
   MXMOE_REQUIRE(o.max_tokens >= 1, "--max-tokens: must be >= 1");
@@ -121,12 +123,21 @@ int run_soak(const SoakOptions& o) {
 void add_soak_command(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<SoakOptions>();
   CLI::App* cmd = app.add_subcommand("soak", "Many forwards with random T and routing on one runner (GPU): no error, no memory growth");
-  cmd->add_option("--preset", o->preset, "Model preset: " + joined(MoeConfig::preset_names()))->capture_default_str();
-  cmd->add_option("--backend", o->backend, "Backend: " + joined(backend_names()))->capture_default_str();
-  cmd->add_option("--forwards", o->forwards, "Forwards to run")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--max-tokens", o->max_tokens, "Largest T (T is uniform in [0, max])")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--check-every", o->check_every, "Forwards between reference checks")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--seed", o->seed, "Seed of the weights, inputs and the T sequence")->capture_default_str();
+  cmd->add_option("--preset", o->preset, "Model preset: " + joined(MoeConfig::preset_names()))
+      ->capture_default_str()
+      ->check(CLI::Validator(validate_preset_name, "PRESET", "preset"));
+  cmd->add_option("--backend", o->backend, "Backend: " + joined(backend_names()))
+      ->capture_default_str()
+      ->check(CLI::Validator(validate_backend_name, "BACKEND", "backend"));
+  const CLI::Validator count = integer_in(1, std::numeric_limits<int64_t>::max());
+  cmd->add_option("--forwards", o->forwards, "Forwards to run")->check(count)->capture_default_str();
+  cmd->add_option("--max-tokens", o->max_tokens, "Largest T (T is uniform in [0, max])")
+      ->check(integer_in(1, int64_t{1} << 20))
+      ->capture_default_str();
+  cmd->add_option("--check-every", o->check_every, "Forwards between reference checks")->check(count)->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Seed of the weights, inputs and the T sequence")
+      ->check(seed_value())
+      ->capture_default_str();
   cmd->callback([o, &exit_code] { exit_code = run_soak(*o); });
 }
 

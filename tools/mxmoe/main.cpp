@@ -1,5 +1,6 @@
 // The `mxmoe` command: check, probe, gen-checkpoint, run, bench, soak.
-// Exit codes: 0 ok, 1 failure (a failed check, or a mxmoe::Error at run time), 2 usage error.
+// Exit codes: 0 ok, 1 failure (a failed check, or a mxmoe::Error at run time), 2 usage error (a bad
+// option value, or a bad MXMOE_BACKEND and the like: cli::UsageError).
 #include <CLI/CLI.hpp>
 #include <exception>
 #include <iostream>
@@ -48,6 +49,10 @@ int main(int argc, char** argv) {
     // Help and --version are "errors" with exit code 0; everything else is a usage error.
     const int code = app.exit(e);
     return code == 0 ? kExitOk : kExitUsage;
+  } catch (const UsageError& e) {
+    std::cout.flush();
+    std::cerr << "error: " << e.what() << "\nRun with --help for more information.\n";
+    return kExitUsage;
   } catch (const mxmoe::Error& e) {
     std::cout.flush();
     std::cerr << "error: " << e.what() << "\n";

@@ -21,9 +21,14 @@ struct GemvArgs : kernels::GroupedWeights, kernels::GroupedRouting {
   int batch_rows = 8;                // rows of an expert per weight pass: 8, or kWideBatchRows (2 stages, no split-K)
   int tokens = 0;                     // T (the launchers set it)
   // Local routing (T <= kMaxLocalRouteTokens, both GEMMs, no route kernel): the router logits [T, E]
-  // fp32 (null: the route kernel's results) and the routing order; the launchers set local_route.
+  // fp32 and the routing order, or the engine's ids [T, k] (int32, or int64 with ids64) and weights
+  // [T, k] fp32 as given (common/routed_pairs.cuh); both null: the route kernel's results. The launchers
+  // set local_route.
   const float* logits = nullptr;  // (the experts: GroupedWeights::experts)
   bool softmax_first = false, renormalize = false;
+  const void* topk_ids = nullptr;
+  bool ids64 = false;
+  const float* topk_weights = nullptr;
   bool local_route = false;
   // The combine in GEMM2 (T <= kFusedCombineTokens): GEMM1 clears `combine_counters` (one per GEMM2
   // column group, combine_counter_count of them); the last GEMM2 block of each column group to finish
@@ -44,9 +49,9 @@ struct GemvArgs : kernels::GroupedWeights, kernels::GroupedRouting {
 };
 
 // Up to this T both GEMMs can route the tokens themselves (every block repeats the top-k of T tokens)
-// and no route kernel runs (the launchers route locally when args.logits is set); GEMM2 can also do
-// the combine (its last block per column group) up to kFusedCombineTokens, and then no combine kernel
-// runs. Where the runner does either is the planner's choice (plan/preferences.hpp, docs/perf/gemv.md).
+// and no route kernel runs (the launchers route locally when args.logits or args.topk_ids is set); GEMM2
+// can also do the combine (its last block per column group) up to kFusedCombineTokens, and then no
+// combine kernel runs. Where the runner does either is the planner's choice (plan/preferences.hpp, docs/perf/gemv.md).
 inline constexpr int64_t kMaxLocalRouteTokens = 4;
 inline constexpr int64_t kFusedCombineTokens = 8;
 // GEMM2's combine can go through a thread-block cluster of a column group's expert slots instead of a

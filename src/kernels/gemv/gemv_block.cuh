@@ -12,6 +12,7 @@
 #include "kernels/gemv/gemv.hpp"
 #include "kernels/gemv/gemv_device.cuh"
 #include "layout/gemv_layout.hpp"
+#include "common/routed_pairs.cuh"
 #include "common/warp_topk.cuh"
 
 namespace mxmoe::gemv {
@@ -268,9 +269,37 @@ struct LocalRouting {
   int active;                    // experts with a pair
 };
 
-// Every thread of the block calls it; reads a.logits. Warp 0 does all of it, in registers, and the
-// block meets once: the other warps' barriers would sit on the chain of a block that is waiting to
-// request its weights (GEMM2's blocks start as GEMM1's leave, and this is on their path).
+// Lane p's pair p = t * k + s (slot s of token t) from the logits, when lane p < T * k: e, weight.
+// Warp-collective.
+__device__ __forceinline__ void local_pairs_from_logits(const GemvArgs& a, int lane, int& e, float& weight) {
+  // The next token's logits are requested before this token's selection: about one load latency
+  // for the whole routing, not one per token (and one copy of the selection code, not T).
+  float raw[routing::kMaxPerLane], next[routing::kMaxPerLane];
+  routing::load_logits(a.logits, a.experts, lane, raw);
+#pragma unroll 1
+  for (int t = 0; t < a.tokens; ++t) {
+    if (t + 1 < a.tokens)
+      routing::load_logits(a.logits + static_cast<int64_t>(t + 1) * a.experts, a.experts, lane, next);
+    int my_id;
+    float my_weight;
+    routing::warp_route_logits(raw, a.experts, a.top_k, a.softmax_first, a.renormalize, lane, my_id, my_weight);
+    const int s = lane - t * a.top_k;
+    const int id_s = __shfl_sync(0xffffffffu, my_id, s & 31);
+    const float weight_s = __shfl_sync(0xffffffffu, my_weight, s & 31);
+    if (s >= 0 && s < a.top_k) {
+      e = id_s;
+      weight = weight_s;
+    }
+    if (t + 1 < a.tokens)
+#pragma unroll
+      for (int j = 0; j < routing::kMaxPerLane; ++j) raw[j] = next[j];
+  }
+}
+
+// Every thread of the block calls it; reads a.logits, or a.topk_ids and a.topk_weights (as the route
+// kernel reads them). Warp 0 does all of it, in registers, and the block meets once: the other warps'
+// barriers would sit on the chain of a block that is waiting to request its weights (GEMM2's blocks
+// start as GEMM1's leave, and this is on their path).
 __device__ inline void local_routing(const GemvArgs& a, LocalRouting& r) {
   if (threadIdx.x < 32) {
     const int lane = threadIdx.x;
@@ -278,27 +307,16 @@ __device__ inline void local_routing(const GemvArgs& a, LocalRouting& r) {
     // Lane p takes pair p = t * k + s: slot s of token t's routing.
     int e = INT_MAX;
     float weight = 0.f;
-    // The next token's logits are requested before this token's selection: about one load latency
-    // for the whole routing, not one per token (and one copy of the selection code, not T).
-    float raw[routing::kMaxPerLane], next[routing::kMaxPerLane];
-    routing::load_logits(a.logits, a.experts, lane, raw);
-#pragma unroll 1
-    for (int t = 0; t < a.tokens; ++t) {
-      if (t + 1 < a.tokens)
-        routing::load_logits(a.logits + static_cast<int64_t>(t + 1) * a.experts, a.experts, lane, next);
-      int my_id;
-      float my_weight;
-      routing::warp_route_logits(raw, a.experts, a.top_k, a.softmax_first, a.renormalize, lane, my_id, my_weight);
-      const int s = lane - t * a.top_k;
-      const int id_s = __shfl_sync(0xffffffffu, my_id, s & 31);
-      const float weight_s = __shfl_sync(0xffffffffu, my_weight, s & 31);
-      if (s >= 0 && s < a.top_k) {
-        e = id_s;
-        weight = weight_s;
+    if (a.topk_ids != nullptr) {
+      int id;
+      float w;
+      routing::load_routed_pairs(a.topk_ids, a.ids64, a.topk_weights, 0, pairs, a.top_k, a.experts, lane, id, w);
+      if (lane < pairs) {
+        e = id;
+        weight = w;
       }
-      if (t + 1 < a.tokens)
-#pragma unroll
-        for (int j = 0; j < routing::kMaxPerLane; ++j) raw[j] = next[j];
+    } else {
+      local_pairs_from_logits(a, lane, e, weight);
     }
     // Pairs with a lower expert (below), and earlier pairs of the same expert (rank_same).
     unsigned below = 0;

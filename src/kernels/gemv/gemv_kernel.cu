@@ -311,11 +311,12 @@ void configure(size_t smem_per_block_optin) {
 }
 
 namespace {
-// The launch's own copy of the arguments: T, and local routing when the logits are given.
+// The launch's own copy of the arguments: T, and local routing when the logits or the ids are given.
 GemvArgs for_tokens(const GemvArgs& args, int64_t tokens) {
   GemvArgs a = args;
   a.tokens = static_cast<int>(tokens);
-  a.local_route = a.logits != nullptr;
+  MXMOE_REQUIRE(a.logits == nullptr || a.topk_ids == nullptr, "gemv: local routing from logits or ids, not both");
+  a.local_route = a.logits != nullptr || a.topk_ids != nullptr;
   MXMOE_REQUIRE(!a.local_route || tokens <= kMaxLocalRouteTokens, "gemv: local routing of T = ", tokens,
                 " tokens; at most ", kMaxLocalRouteTokens);
   return a;

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "kernels/common/grouped_args.hpp"
+#include "kernels/tile_table.hpp"
 
 namespace mxmoe::mma {
 
@@ -31,8 +32,7 @@ struct MmaArgs : kernels::GroupedWeights, kernels::GroupedRouting {
   bool half_tail = false;
 };
 
-inline constexpr int kBlockN = 256;      // weight rows per block (8 warps x 32)
-inline constexpr int kMaxMTiles = 4;     // m16 tiles per block of the register-decode tiles: kBlockM <= 64
+inline constexpr int kBlockN = 256;      // weight rows per block of the register-decode tiles (8 warps x 32)
 __host__ __device__ constexpr int block_m(int m_tiles) { return 16 * m_tiles; }
 
 // A tile of the family: its rows of one expert (16 * m_tiles) and its form.
@@ -40,18 +40,22 @@ struct MmaTile {
   int m_tiles;
   bool swap_ab;
 };
-// Whether this build has the register-decode tile of m_tiles 1, 2 or 4 (the minimal profile has only 4;
-// 128 rows, m_tiles 8, only come in the swap-AB and wgmma forms).
-bool m_tiles_supported(int m_tiles);
+// Whether this build has the register-decode tile of m_tiles (the tile table's Mma rows: 16, 32 and
+// 64 rows; the minimal profile has only 64).
+inline bool m_tiles_supported(int m_tiles) { return kernels::tile_built(kernels::TileFamily::Mma, block_m(m_tiles)); }
+// Whether this build has the swap-AB tile of m_tiles (the table's Swap rows: 16 to 128 rows; none in the
+// minimal profile).
+inline bool swap_supported(int m_tiles) { return kernels::tile_built(kernels::TileFamily::Swap, block_m(m_tiles)); }
 // Whether this build has the tile in its form (the register-decode tile, or swap-AB).
-bool tile_supported(const MmaTile& tile);
+inline bool tile_supported(const MmaTile& tile) {
+  return tile.swap_ab ? swap_supported(tile.m_tiles) : m_tiles_supported(tile.m_tiles);
+}
 
 // The swap-AB tiles (swap_gemm_kernel.cu): 16 * m_tiles rows of one expert (m_tiles 1, 2, 4 or 8) on
 // the MMA's N side in n8 groups, the weights on M: a warp runs only the groups that hold rows, and a
 // B fragment is one shared-memory load because `act` arrives in the decode's pair order
 // (permute_words.hpp; GEMM1 then writes GEMM2's input in that order too). 256 weight rows per block
 // (128 for m_tiles 8, whose 8 warps split the rows in two halves of 64).
-bool swap_supported(int m_tiles);
 size_t swap_smem_bytes(int m_tiles);
 bool swap_fits(size_t smem_per_block_optin);  // part of fits() and configure()
 void configure_swap();

@@ -42,7 +42,20 @@ __host__ __device__ constexpr int stage_bytes(int m_tiles) { return act_stage_by
 // on an H200 (T = 256 the same, T = 1024 3% slower, docs/perf-log.md): these tiles are not bound by
 // load latency (the profile: barrier stalls and the decode's issue). Two stages: 44, 54 and 74 KB.
 constexpr int kStages = 2;
-static_assert(kStages * stage_bytes(kMaxMTiles) <= 101376, "every tile fits SM120's 99 KB of shared memory");
+
+// The tile table's register-decode rows (kernels/tile_table.hpp) are these kernels' shapes; the table
+// checks that every SM12x row fits 99 KB.
+using kernels::TileFamily;
+template <class Row>
+constexpr bool row_is_kernel(Row) {
+  constexpr kernels::TileRow r = kernels::kRowOf<Row>;
+  static_assert(r.rows % 16 == 0 && r.weight_rows == kBlockN && r.k_chunk == gemv::kChunkK,
+                "a register-decode row: m16 tiles x kBlockN weight rows, K in chunks");
+  static_assert(r.stages == kStages && r.warps == kWarps, "a register-decode row's stages and warps are the kernel's");
+  static_assert(r.smem_bytes == kStages * stage_bytes(r.rows / 16), "a register-decode row's bytes are its stages'");
+  return true;
+}
+static_assert(kernels::all_rows_of<TileFamily::Mma>([](auto i) { return row_is_kernel(i); }));
 
 // Two blocks per SM where the registers allow it; the 64-row tile's 64 accumulators per m16 group
 // need more than 128 registers (it spilled), so it runs one block per SM.
@@ -126,22 +139,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kMTiles>) mma_gemm_kernel
                               expert, tile.row0, tile.rows, tile0 + wt, g, t);
 }
 
+// f(kernel, m_tiles) for each kernel of the table's register-decode rows that this build has.
 template <class F>
 void for_each_variant(F&& f) {
-#if !defined(MXMOE_MINIMAL)
-  f(mma_gemm_kernel<true, false, 1>, 1);
-  f(mma_gemm_kernel<true, false, 2>, 2);
-  f(mma_gemm_kernel<true, true, 1>, 1);
-  f(mma_gemm_kernel<true, true, 2>, 2);
-  f(mma_gemm_kernel<false, false, 1>, 1);
-  f(mma_gemm_kernel<false, false, 2>, 2);
-  f(mma_gemm_kernel<false, true, 1>, 1);
-  f(mma_gemm_kernel<false, true, 2>, 2);
-#endif
-  f(mma_gemm_kernel<true, false, 4>, 4);
-  f(mma_gemm_kernel<true, true, 4>, 4);
-  f(mma_gemm_kernel<false, false, 4>, 4);
-  f(mma_gemm_kernel<false, true, 4>, 4);
+  kernels::for_each_row<TileFamily::Mma>([&](auto i) {
+    constexpr int m = kernels::kRowOf<decltype(i)>.rows / 16;
+    f(mma_gemm_kernel<true, false, m>, m);
+    f(mma_gemm_kernel<true, true, m>, m);
+    f(mma_gemm_kernel<false, false, m>, m);
+    f(mma_gemm_kernel<false, true, m>, m);
+  });
 }
 
 template <bool kGemm1>
@@ -151,44 +158,25 @@ void launch(const MmaArgs& a, int64_t tokens, int max_active, int m_tiles, cudaS
     launch_swap<kGemm1>(a, tokens, max_active, m_tiles, stream);
     return;
   }
-#if defined(MXMOE_MINIMAL)
-  MXMOE_REQUIRE(m_tiles == 4, "mma: the minimal profile has only m_tiles 4, got ", m_tiles);
-#else
-  MXMOE_REQUIRE(m_tiles == 1 || m_tiles == 2 || m_tiles == 4, "mma: m_tiles must be 1, 2 or 4, got ", m_tiles);
-#endif
+  MXMOE_REQUIRE(m_tiles_supported(m_tiles), "mma: m_tiles must be one of this build's register-decode tiles (",
+                kernels::built_rows_list(TileFamily::Mma, 16), "), got ", m_tiles);
   const dim3 grid(m_tile_blocks(a, tokens, max_active, block_m(m_tiles)),
                   static_cast<unsigned>((a.tiles + kTilesPerBlock - 1) / kTilesPerBlock));
   const size_t smem = smem_bytes(m_tiles);
   auto go = [&](auto kernel) { kernels::launch_with_pdl(kernel, grid, dim3(kThreads), smem, stream, a); };
-  switch (m_tiles) {
-#if !defined(MXMOE_MINIMAL)
-    case 1:
-      a.wide_scales ? go(mma_gemm_kernel<kGemm1, true, 1>) : go(mma_gemm_kernel<kGemm1, false, 1>);
-      break;
-    case 2:
-      a.wide_scales ? go(mma_gemm_kernel<kGemm1, true, 2>) : go(mma_gemm_kernel<kGemm1, false, 2>);
-      break;
-#endif
-    default:
-      a.wide_scales ? go(mma_gemm_kernel<kGemm1, true, 4>) : go(mma_gemm_kernel<kGemm1, false, 4>);
-  }
+  kernels::with_row<TileFamily::Mma>(block_m(m_tiles), [&](auto i) {
+    constexpr int m = kernels::kRowOf<decltype(i)>.rows / 16;
+    a.wide_scales ? go(mma_gemm_kernel<kGemm1, true, m>) : go(mma_gemm_kernel<kGemm1, false, m>);
+  });
 }
 
 }  // namespace
 
-bool m_tiles_supported(int m_tiles) {
-#if defined(MXMOE_MINIMAL)
-  return m_tiles == 4;
-#else
-  return m_tiles == 1 || m_tiles == 2 || m_tiles == 4;
-#endif
+size_t smem_bytes(int m_tiles) {
+  const int row = kernels::find_row(TileFamily::Mma, block_m(m_tiles));
+  MXMOE_REQUIRE(row >= 0, "mma: no register-decode tile has m_tiles ", m_tiles);
+  return static_cast<size_t>(kernels::kTileTable[row].smem_bytes);
 }
-
-bool tile_supported(const MmaTile& tile) {
-  return tile.swap_ab ? swap_supported(tile.m_tiles) : m_tiles_supported(tile.m_tiles);
-}
-
-size_t smem_bytes(int m_tiles) { return static_cast<size_t>(kStages) * stage_bytes(m_tiles); }
 
 bool fits(size_t smem_per_block_optin) {
   return kernels::variants_fit([](auto f) { for_each_variant(f); }, smem_bytes, smem_per_block_optin) &&

@@ -41,6 +41,18 @@ struct MxEmulatedAtom {
   }
 };
 
+// The emulated atom with a planted fault: each operand's two scales exchanged (rows g and g+8,
+// columns 2t and 2t+1), the kind of slip a wrong fragment convention makes. It exists so that a GPU
+// test can watch the self-test gate (moe/mx_self_test.hpp) fail and the runner fall back; no plan
+// ever chooses it.
+struct MxPlantedFaultAtom {
+  static constexpr bool kContainers = false;
+  static __device__ __forceinline__ void mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                             uint32_t b0, uint32_t b1, float fa_lo, float fa_hi, float fb0, float fb1) {
+    MxEmulatedAtom::mma(c, a0, a1, a2, a3, b0, b1, fa_hi, fa_lo, fb1, fb0);
+  }
+};
+
 struct MxNativeAtom {
   static constexpr bool kContainers = true;
   // sfa, sfb: the scale bytes (byte 0; thread-id-a = thread-id-b = 0) as native_scale_a and

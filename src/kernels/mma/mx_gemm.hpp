@@ -2,7 +2,8 @@
 // The tensor-core family with MXFP8 activations (W4A8, block-scaled): the grouped GEMM of
 // mma_gemm.hpp with an MX atom (mx_atoms.cuh). The activations come from the expand step
 // (routing/expand.hpp): e4m3 codes and 128x4-swizzled scales, each expert's rows padded to 128. A
-// block computes 64 of those rows against 256 weight rows in the GEMV layout, K in chunks of 128.
+// block computes 64 of those rows against 256 weight rows in the GEMV layout, K in chunks of 128
+// (the tile table's mx row, kernels/tile_table.hpp).
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -12,7 +13,8 @@
 
 namespace mxmoe::mma {
 
-enum class MxAtom { Emulated, Native };
+// PlantedFault: the emulated atom with its scales exchanged (mx_atoms.cuh), for the self-test's own test.
+enum class MxAtom { Emulated, Native, PlantedFault };
 
 struct MxArgs : kernels::GroupedWeights, kernels::GroupedRouting {
   const uint8_t* codes = nullptr;    // expand: [padded rows, K] e4m3

@@ -23,6 +23,7 @@
 #include "kernels/mma/mx_fragments.cuh"
 #include "kernels/mma/mx_gemm.hpp"
 #include "kernels/mma/weight_stage.cuh"
+#include "kernels/tile_table.hpp"
 #include "common/cuda_check.hpp"
 #include "mxmoe/scale_layout.hpp"
 #include "common/m_tiles.cuh"
@@ -41,7 +42,16 @@ constexpr int kScaleBytes = 512;                      // one chunk (4 k-blocks) 
 constexpr int kWeightBytes = kTilesPerBlock * gemv::kChunkBytes;
 constexpr int kStageBytes = kActBytes + kScaleBytes + kWeightBytes;
 constexpr int kStages = 2;  // 55 KB; deeper measured no faster for the Bf16Atom tiles (mma_gemm_kernel.cu)
-static_assert(kStages * kStageBytes <= 101376, "the MX tile fits SM120's 99 KB of shared memory");
+// The tile table's MX row (kernels/tile_table.hpp) is this tile; the table checks that it fits SM12x's
+// 99 KB. One row: a second MX tile would be a template parameter of the kernel first.
+constexpr int kRow = kernels::find_row(kernels::TileFamily::Mx, kBlockM);
+static_assert(kRow >= 0, "the MX tile is a row of the tile table");
+constexpr kernels::TileRow kMxRow = kernels::kTileTable[kRow];
+static_assert(kMxRow.weight_rows == kTilesPerBlock * gemv::kTileRows && kMxRow.k_chunk == gemv::kChunkK &&
+                  kMxRow.stages == kStages && kMxRow.warps == kWarps && kMxRow.smem_bytes == kStages * kStageBytes,
+              "the MX row's shape is the kernel's");
+static_assert(kernels::all_rows_of<kernels::TileFamily::Mx>([](auto i) { return decltype(i)::value == kRow; }),
+              "one MX row");
 
 // The MXFP8 epilogue's fp32 tile: 64 rows of the block's 128 features, padded so that the 8 rows
 // read by a quarter-warp start in different banks.
@@ -187,14 +197,20 @@ __global__ void __launch_bounds__(kThreads, 1) mx_gemm_kernel(const MxArgs a) {
                                     acc, expert, tile.row0 + kBlockM * half, rows, tile0 + wt, g, t);
 }
 
+// f(kernel) for each kernel of the table's MX row (every profile has it).
 template <class F>
 void for_each_variant(F&& f) {
-  f(mx_gemm_kernel<true, MxEmulatedAtom>);
-  f(mx_gemm_kernel<true, MxEmulatedAtom, true>);
-  f(mx_gemm_kernel<false, MxEmulatedAtom>);
-  f(mx_gemm_kernel<true, MxNativeAtom>);
-  f(mx_gemm_kernel<true, MxNativeAtom, true>);
-  f(mx_gemm_kernel<false, MxNativeAtom>);
+  kernels::for_each_row<kernels::TileFamily::Mx>([&](auto) {
+    f(mx_gemm_kernel<true, MxEmulatedAtom>);
+    f(mx_gemm_kernel<true, MxEmulatedAtom, true>);
+    f(mx_gemm_kernel<false, MxEmulatedAtom>);
+    f(mx_gemm_kernel<true, MxNativeAtom>);
+    f(mx_gemm_kernel<true, MxNativeAtom, true>);
+    f(mx_gemm_kernel<false, MxNativeAtom>);
+    // The self-test's planted fault (mx_atoms.cuh), in the plan the self-test runs: the MXFP8 epilogue.
+    f(mx_gemm_kernel<true, MxPlantedFaultAtom, true>);
+    f(mx_gemm_kernel<false, MxPlantedFaultAtom>);
+  });
 }
 
 template <bool kGemm1>
@@ -208,21 +224,32 @@ void launch(MxAtom atom, const MxArgs& a, int64_t tokens, int max_active, cudaSt
   const bool mx_out = kGemm1 && a.out_codes != nullptr;
   MXMOE_REQUIRE(!mx_out || (a.out_scales != nullptr && a.n % 64 == 0),
                 "mx: the MXFP8 epilogue needs out_scales and I a multiple of 32, got I = ", a.n / 2);
+  MXMOE_REQUIRE(atom != MxAtom::PlantedFault || !kGemm1 || mx_out,
+                "mx: the planted-fault atom is built for the MXFP8 epilogue's plan only");
   if constexpr (kGemm1) {
     if (mx_out) {
-      atom == MxAtom::Native ? go(mx_gemm_kernel<true, MxNativeAtom, true>) : go(mx_gemm_kernel<true, MxEmulatedAtom, true>);
-      return;
+      switch (atom) {
+        case MxAtom::Native: return go(mx_gemm_kernel<true, MxNativeAtom, true>);
+        case MxAtom::Emulated: return go(mx_gemm_kernel<true, MxEmulatedAtom, true>);
+        case MxAtom::PlantedFault: return go(mx_gemm_kernel<true, MxPlantedFaultAtom, true>);
+      }
+    }
+    atom == MxAtom::Native ? go(mx_gemm_kernel<true, MxNativeAtom>) : go(mx_gemm_kernel<true, MxEmulatedAtom>);
+  } else {
+    switch (atom) {
+      case MxAtom::Native: return go(mx_gemm_kernel<false, MxNativeAtom>);
+      case MxAtom::Emulated: return go(mx_gemm_kernel<false, MxEmulatedAtom>);
+      case MxAtom::PlantedFault: return go(mx_gemm_kernel<false, MxPlantedFaultAtom>);
     }
   }
-  atom == MxAtom::Native ? go(mx_gemm_kernel<kGemm1, MxNativeAtom>) : go(mx_gemm_kernel<kGemm1, MxEmulatedAtom>);
 }
 
 }  // namespace
 
-size_t mx_smem_bytes() { return static_cast<size_t>(kStages) * kStageBytes; }
+size_t mx_smem_bytes() { return static_cast<size_t>(kMxRow.smem_bytes); }
 
 bool mx_supported(MxAtom atom, int cc_major, int cc_minor) {
-  if (atom == MxAtom::Native) return cc_major == 12;
+  if (atom == MxAtom::Native) return cc_major == 12;  // Emulated and PlantedFault: FP8 mma.sync
   return cc_major > 8 || (cc_major == 8 && cc_minor >= 9);
 }
 

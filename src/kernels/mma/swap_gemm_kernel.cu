@@ -67,8 +67,22 @@ struct SwapShape {
   static constexpr int kStageBytes = kActBytes + kTiles * gemv::kChunkBytes;
   static constexpr int kSmemBytes = kStages * kStageBytes;
 };
-static_assert(SwapShape<8>::kSmemBytes + 8 * SwapShape<8>::kRows + 64 <= 101376,
-              "the largest swap tile fits SM120's 99 KB of shared memory");
+
+// The tile table's swap-AB rows (kernels/tile_table.hpp) are these shapes; the table checks that every
+// SM12x row fits 99 KB next to the static allowance (the 128-row tile's m-tile, row offsets, barriers).
+using kernels::TileFamily;
+template <class Row>
+constexpr bool row_is_kernel(Row) {
+  constexpr kernels::TileRow r = kernels::kRowOf<Row>;
+  using S = SwapShape<r.rows / 16>;
+  static_assert(r.rows == S::kRows && r.weight_rows == S::kTiles * gemv::kTileRows && r.k_chunk == gemv::kChunkK,
+                "a swap-AB row's rows and weight rows are its SwapShape's");
+  static_assert(r.stages == kStages && r.warps == kWarps, "a swap-AB row's stages and warps are the kernel's");
+  static_assert(r.smem_bytes == S::kSmemBytes, "a swap-AB row's bytes are its SwapShape's");
+  static_assert(8 * S::kRows + 64 <= kernels::kTileStaticSmemAllowance, "its static shared memory fits the allowance");
+  return true;
+}
+static_assert(kernels::all_rows_of<TileFamily::Swap>([](auto i) { return row_is_kernel(i); }));
 
 // The register bound: two blocks per SM on Hopper, where two fit in shared memory (one block with up to
 // 255 registers, no spills, was 20% slower for the 64-row tile on an H200), and three for the 16-row
@@ -239,50 +253,25 @@ __global__ void __launch_bounds__(kThreads, swap_min_blocks(kMTiles))
   if (!kGemm1 && a.expert_done != nullptr && blockIdx.x == 0 && blockIdx.y == 0) cudaGridDependencySynchronize();
 }
 
+// f(kernel, m_tiles) for each kernel of the table's swap-AB rows that this build has (none in the
+// minimal profile).
 template <class F>
 void for_each_variant(F&& f) {
-#if !defined(MXMOE_MINIMAL)
-  f(swap_gemm_kernel<true, false, 1>, 1);
-  f(swap_gemm_kernel<true, true, 1>, 1);
-  f(swap_gemm_kernel<false, false, 1>, 1);
-  f(swap_gemm_kernel<false, true, 1>, 1);
-  f(swap_gemm_kernel<true, false, 2>, 2);
-  f(swap_gemm_kernel<true, true, 2>, 2);
-  f(swap_gemm_kernel<false, false, 2>, 2);
-  f(swap_gemm_kernel<false, true, 2>, 2);
-  f(swap_gemm_kernel<true, false, 4>, 4);
-  f(swap_gemm_kernel<true, true, 4>, 4);
-  f(swap_gemm_kernel<false, false, 4>, 4);
-  f(swap_gemm_kernel<false, true, 4>, 4);
-  f(swap_gemm_kernel<true, false, 8>, 8);
-  f(swap_gemm_kernel<true, true, 8>, 8);
-  f(swap_gemm_kernel<false, false, 8>, 8);
-  f(swap_gemm_kernel<false, true, 8>, 8);
-#endif
+  kernels::for_each_row<TileFamily::Swap>([&](auto i) {
+    constexpr int m = kernels::kRowOf<decltype(i)>.rows / 16;
+    f(swap_gemm_kernel<true, false, m>, m);
+    f(swap_gemm_kernel<true, true, m>, m);
+    f(swap_gemm_kernel<false, false, m>, m);
+    f(swap_gemm_kernel<false, true, m>, m);
+  });
 }
 
 }  // namespace
 
-bool swap_supported(int m_tiles) {
-#if defined(MXMOE_MINIMAL)
-  (void)m_tiles;
-  return false;  // the minimal profile has one tile per family: the 64-row register-decode tile
-#else
-  return m_tiles == 1 || m_tiles == 2 || m_tiles == 4 || m_tiles == 8;
-#endif
-}
-
 size_t swap_smem_bytes(int m_tiles) {
-  switch (m_tiles) {
-    case 1:
-      return SwapShape<1>::kSmemBytes;
-    case 2:
-      return SwapShape<2>::kSmemBytes;
-    case 4:
-      return SwapShape<4>::kSmemBytes;
-    default:
-      return SwapShape<8>::kSmemBytes;
-  }
+  const int row = kernels::find_row(TileFamily::Swap, block_m(m_tiles));
+  MXMOE_REQUIRE(row >= 0, "mma: no swap-AB tile has m_tiles ", m_tiles);
+  return static_cast<size_t>(kernels::kTileTable[row].smem_bytes);
 }
 
 bool swap_fits(size_t smem_per_block_optin) {
@@ -299,38 +288,23 @@ void configure_swap() {
 template <bool kGemm1>
 void launch_swap(const MmaArgs& a, int64_t tokens, int max_active, int m_tiles, cudaStream_t stream) {
   if (tokens == 0 || max_active == 0) return;
-  MXMOE_REQUIRE(swap_supported(m_tiles),
-                "mma: swap-AB tiles have m_tiles 1, 2, 4 or 8 (not in the minimal profile), got ", m_tiles);
-#if !defined(MXMOE_MINIMAL)
+  MXMOE_REQUIRE(swap_supported(m_tiles), "mma: m_tiles must be one of this build's swap-AB tiles (",
+                kernels::built_rows_list(TileFamily::Swap, 16), "), got ", m_tiles);
   const unsigned m_blocks = m_tile_blocks(a, tokens, max_active, block_m(m_tiles));
   MXMOE_REQUIRE(m_blocks <= 65535u, "mma: ", m_blocks, " m-tiles of the swap-AB tile exceed a grid's y extent");
-  // The 16- and 32-row tiles' weights map (record_map.hpp): a box of one chunk of a block's 16 tiles.
-  CUtensorMap weights_map{};
-  static_assert(SwapShape<1>::kTiles == SwapShape<2>::kTiles, "one box for both tiles");
-  if (m_tiles <= 2)
-    weights_map = kernels::encode_record_map("swap-AB weights", a, kernels::kRecordWords, SwapShape<1>::kTiles);
-  auto go = [&](auto kernel, int tiles_per_block) {
-    const dim3 grid(static_cast<unsigned>((a.tiles + tiles_per_block - 1) / tiles_per_block), m_blocks);
-    kernels::launch_with_pdl(kernel, grid, dim3(kThreads), swap_smem_bytes(m_tiles), stream, a, weights_map);
-  };
-  switch (m_tiles) {
-    case 1:
-      a.wide_scales ? go(swap_gemm_kernel<kGemm1, true, 1>, SwapShape<1>::kTiles)
-                    : go(swap_gemm_kernel<kGemm1, false, 1>, SwapShape<1>::kTiles);
-      break;
-    case 2:
-      a.wide_scales ? go(swap_gemm_kernel<kGemm1, true, 2>, SwapShape<2>::kTiles)
-                    : go(swap_gemm_kernel<kGemm1, false, 2>, SwapShape<2>::kTiles);
-      break;
-    case 4:
-      a.wide_scales ? go(swap_gemm_kernel<kGemm1, true, 4>, SwapShape<4>::kTiles)
-                    : go(swap_gemm_kernel<kGemm1, false, 4>, SwapShape<4>::kTiles);
-      break;
-    default:
-      a.wide_scales ? go(swap_gemm_kernel<kGemm1, true, 8>, SwapShape<8>::kTiles)
-                    : go(swap_gemm_kernel<kGemm1, false, 8>, SwapShape<8>::kTiles);
-  }
-#endif
+  kernels::with_row<TileFamily::Swap>(block_m(m_tiles), [&](auto i) {
+    using S = SwapShape<kernels::kRowOf<decltype(i)>.rows / 16>;
+    // The 16- and 32-row tiles' weights map (record_map.hpp): a box of one chunk of a block's tiles.
+    CUtensorMap weights_map{};
+    if constexpr (S::kTensorWeights)
+      weights_map = kernels::encode_record_map("swap-AB weights", a, kernels::kRecordWords, S::kTiles);
+    const dim3 grid(static_cast<unsigned>((a.tiles + S::kTiles - 1) / S::kTiles), m_blocks);
+    auto go = [&](auto kernel) {
+      kernels::launch_with_pdl(kernel, grid, dim3(kThreads), size_t{S::kSmemBytes}, stream, a, weights_map);
+    };
+    constexpr int m = S::kRows / 16;
+    a.wide_scales ? go(swap_gemm_kernel<kGemm1, true, m>) : go(swap_gemm_kernel<kGemm1, false, m>);
+  });
 }
 
 template void launch_swap<true>(const MmaArgs&, int64_t, int, int, cudaStream_t);

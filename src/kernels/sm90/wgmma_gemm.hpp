@@ -27,13 +27,14 @@ namespace mxmoe::sm90 {
 
 inline constexpr int kBlockWeightRows = 256;
 
-// Whether this build has the family (not in the minimal profile), and whether it runs on `device`: a
-// compute capability 9.0 device, a build with sm_90a among its architectures, and the shared memory.
+// Whether this build has the family (a built wgmma row: none in the minimal profile), and whether it
+// runs on `device`: a compute capability 9.0 device, a build with sm_90a among its architectures, and
+// the shared memory.
 bool wgmma_built();
 bool wgmma_runs(int device);
 // Built and with sm_90a code in this library (what a plan for a Hopper target may use).
 bool wgmma_in_build();
-// Whether `rows` (32, 64 or 128) is a tile of the family.
+// Whether this build has the family's tile of `rows` rows (the tile table's wgmma rows: 32, 64, 128).
 bool wgmma_rows_supported(int rows);
 size_t wgmma_smem_bytes(int rows);
 // Lets the kernels use their dynamic shared memory (idempotent); needs wgmma_runs.

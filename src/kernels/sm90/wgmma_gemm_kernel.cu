@@ -202,51 +202,46 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
 #endif
 }
 
+// The tile table's wgmma rows (kernels/tile_table.hpp) are these shapes.
+template <class Row>
+constexpr bool row_is_kernel(Row) {
+  constexpr kernels::TileRow r = kernels::kRowOf<Row>;
+  using S = WgShape<r.rows>;
+  static_assert(r.weight_rows == kBlockWeightRows && r.k_chunk == gemv::kChunkK && r.warps == kWarps,
+                "a wgmma row: 16 warps of one 16-row weight tile each, K in chunks");
+  static_assert(r.stages == S::kStages && r.smem_bytes == S::kSmemBytes, "a wgmma row's ring is its WgShape's");
+  static_assert(r.archs == kernels::kArchSm90a, "wgmma runs on sm_90a only");
+  return true;
+}
+static_assert(kernels::all_rows_of<kernels::TileFamily::Wgmma>([](auto i) { return row_is_kernel(i); }));
+
+// f(kernel, rows) for each kernel of the table's wgmma rows that this build has (none in the minimal
+// profile).
 template <class F>
 void for_each_variant(F&& f) {
-#if !defined(MXMOE_MINIMAL)
-  f(wgmma_gemm_kernel<true, false, 32>, 32);
-  f(wgmma_gemm_kernel<true, true, 32>, 32);
-  f(wgmma_gemm_kernel<false, false, 32>, 32);
-  f(wgmma_gemm_kernel<false, true, 32>, 32);
-  f(wgmma_gemm_kernel<true, false, 64>, 64);
-  f(wgmma_gemm_kernel<true, true, 64>, 64);
-  f(wgmma_gemm_kernel<false, false, 64>, 64);
-  f(wgmma_gemm_kernel<false, true, 64>, 64);
-  f(wgmma_gemm_kernel<true, false, 128>, 128);
-  f(wgmma_gemm_kernel<true, true, 128>, 128);
-  f(wgmma_gemm_kernel<false, false, 128>, 128);
-  f(wgmma_gemm_kernel<false, true, 128>, 128);
-#else
-  (void)f;
-#endif
+  kernels::for_each_row<kernels::TileFamily::Wgmma>([&](auto i) {
+    constexpr int rows = kernels::kRowOf<decltype(i)>.rows;
+    f(wgmma_gemm_kernel<true, false, rows>, rows);
+    f(wgmma_gemm_kernel<true, true, rows>, rows);
+    f(wgmma_gemm_kernel<false, false, rows>, rows);
+    f(wgmma_gemm_kernel<false, true, rows>, rows);
+  });
 }
 
 }  // namespace
 
 bool wgmma_built() {
-#if defined(MXMOE_MINIMAL)
-  return false;
-#else
-  return true;
-#endif
+  bool any = false;
+  kernels::for_each_row<kernels::TileFamily::Wgmma>([&](auto) { any = true; });
+  return any;
 }
 
-bool wgmma_rows_supported(int rows) { return wgmma_built() && (rows == 32 || rows == 64 || rows == 128); }
-
-namespace {
-// f(std::integral_constant<int, R>) for the tile of `rows` rows: R = 32, 64, or 128 for any other count
-// (launch_wgmma checks wgmma_rows_supported first). The one place a run-time row count picks a tile.
-template <class F>
-decltype(auto) with_tile_rows(int rows, F&& f) {
-  if (rows == 32) return f(std::integral_constant<int, 32>{});
-  if (rows == 64) return f(std::integral_constant<int, 64>{});
-  return f(std::integral_constant<int, 128>{});
-}
-}  // namespace
+bool wgmma_rows_supported(int rows) { return kernels::tile_built(kernels::TileFamily::Wgmma, rows); }
 
 size_t wgmma_smem_bytes(int rows) {
-  return with_tile_rows(rows, [](auto r) { return size_t{WgShape<decltype(r)::value>::kSmemBytes}; });
+  const int row = kernels::find_row(kernels::TileFamily::Wgmma, rows);
+  MXMOE_REQUIRE(row >= 0, "wgmma: no tile has ", rows, " rows");
+  return static_cast<size_t>(kernels::kTileTable[row].smem_bytes);
 }
 
 // Whether the build's architectures include sm_90a (MXMOE_CUDA_ARCHS, e.g. "90a,120a,121a"): plain
@@ -266,8 +261,8 @@ bool wgmma_runs(int device) {
   MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
   MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  // wgmma is sm_90a only: Hopper, with the build's sm_90a image (checked above).
-  if (major != 9 || minor != 0) return false;
+  // wgmma is sm_90a only (the table's rows say so): Hopper, with the build's sm_90a image (checked above).
+  if ((kernels::arch_of(major, minor) & kernels::kArchSm90a) == 0) return false;
   return kernels::variants_fit([](auto f) { for_each_variant(f); }, wgmma_smem_bytes, static_cast<size_t>(optin));
 }
 
@@ -285,8 +280,8 @@ void configure_wgmma() {
 
 template <bool kGemm1>
 void launch_wgmma(const mma::MmaArgs& a, int64_t tokens, int max_active, int rows, cudaStream_t stream) {
-  MXMOE_REQUIRE(wgmma_rows_supported(rows), "wgmma: tiles have 32, 64 or 128 rows (not in the minimal profile), got ",
-                rows);
+  MXMOE_REQUIRE(wgmma_rows_supported(rows), "wgmma: rows must be one of this build's wgmma tiles (",
+                kernels::built_rows_list(kernels::TileFamily::Wgmma), "), got ", rows);
   MXMOE_REQUIRE(a.k == padded_k(a.k) && a.k >= a.chunks * gemv::kChunkK,
                 "wgmma: the activations' row length must be whole chunks covering K, got ", a.k);
   // TMA coordinates are 32-bit.
@@ -312,8 +307,8 @@ void launch_wgmma(const mma::MmaArgs& a, int64_t tokens, int max_active, int row
   };
   maps.act = act_map("wgmma activations", rows);
   const dim3 grid(static_cast<unsigned>(blocks));
-  with_tile_rows(rows, [&](auto r) {
-    constexpr int kRows = decltype(r)::value;
+  kernels::with_row<kernels::TileFamily::Wgmma>(rows, [&](auto i) {
+    constexpr int kRows = kernels::kRowOf<decltype(i)>.rows;
     using S = WgShape<kRows>;
     for (int p = 0; p < S::kNarrowPaths; ++p)
       maps.act_narrow[p] = act_map("wgmma activations (a narrower path's rows)", S::narrow_n(p));

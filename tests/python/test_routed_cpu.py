@@ -1,0 +1,155 @@
+"""Routed input on the CPU reference: MoeLayer(hidden, topk_ids=, topk_weights=) and mxmoe.fused_experts
+give the logits call's bits when routed the same way, take int32 and int64 ids, use the weights as given,
+and refuse bad ids, weights and argument combinations by name."""
+import numpy as np
+import pytest
+
+import mxmoe
+from conftest import bf16_to_f64, dequantize, f64_to_bf16, make_config, random_layer, rel_error
+
+E, K, H, I = 8, 4, 64, 96
+
+
+def equal_top_logits(rng, tokens, experts, k):
+    """Logits whose top k per token are tied (so the routing is those k ids ascending, each weight exactly
+    1/k in every implementation), and that routing."""
+    logits = rng.normal(0, 1, size=(tokens, experts)).astype(np.float32)
+    ids = np.zeros((tokens, k), np.int32)
+    for t in range(tokens):
+        chosen = np.sort(rng.choice(experts, size=k, replace=False))
+        logits[t, chosen] = 10.0 + rng.integers(0, 5)
+        ids[t] = chosen
+    return logits, ids, np.full((tokens, k), 1.0 / k, np.float32)
+
+
+def routed_reference(hidden_bits, ids, weights, w, alpha=1.702, limit=7.0):
+    """The experts in fp64 NumPy with the routing as given (conftest's reference without its router)."""
+    x = bf16_to_f64(hidden_bits)
+    w1, w2 = dequantize(w["w1_blocks"], w["w1_scales"]), dequantize(w["w2_blocks"], w["w2_scales"])
+    b1, b2 = bf16_to_f64(w["w1_bias"]), bf16_to_f64(w["w2_bias"])
+    out = np.zeros((x.shape[0], w2.shape[1]))
+    for t in range(x.shape[0]):
+        for e, wt in zip(ids[t], weights[t]):
+            h = w1[e] @ x[t] + b1[e]
+            gate, lin = np.minimum(h[0::2], limit), np.clip(h[1::2], -limit, limit)
+            out[t] += float(wt) * (w2[e] @ (gate / (1 + np.exp(-alpha * gate)) * (lin + 1)) + b2[e])
+    return out
+
+
+@pytest.mark.parametrize("tokens", [0, 1, 3, 1000])
+def test_routed_gives_the_logits_calls_bits(rng, tokens):
+    w = random_layer(rng, E, H, I)
+    layer = mxmoe.MoeLayer(make_config(E, K, H, I), w, backend="reference", max_tokens=max(tokens, 1))
+    hidden = f64_to_bf16(rng.normal(size=(tokens, H)))
+    logits, ids, weights = equal_top_logits(rng, tokens, E, K)
+    want = layer(hidden, logits, np.full((tokens, H), 0x7FC1, np.uint16))
+    for dtype in (np.int32, np.int64):
+        out = np.full((tokens, H), 0x7FC1, np.uint16)  # poisoned
+        assert layer(hidden, topk_ids=ids.astype(dtype), topk_weights=weights, out=out) is out
+        assert np.array_equal(out, want), dtype
+        assert np.array_equal(layer(hidden, topk_ids=ids.astype(dtype), topk_weights=weights), want)
+
+
+def test_weights_are_used_as_given_and_one_expert_may_take_every_token(rng):
+    w = random_layer(rng, E, H, I)
+    layer = mxmoe.MoeLayer(make_config(E, K, H, I), w, backend="reference", max_tokens=40)
+    hidden = f64_to_bf16(rng.normal(size=(40, H)))
+    ids = np.stack([rng.permutation(E)[:K] for _ in range(40)]).astype(np.int64)
+    ids[:, 0] = 5  # expert 5 takes every token (no token names it twice)
+    for t in range(40):
+        if 5 in ids[t, 1:]:
+            ids[t, 1:][ids[t, 1:] == 5] = [e for e in range(E) if e not in ids[t]][0]
+    weights = rng.uniform(0, 2, size=(40, K)).astype(np.float32)  # rows do not sum to 1: no renormalisation
+    out = layer(hidden, topk_ids=ids, topk_weights=weights)
+    assert rel_error(out, routed_reference(hidden, ids, weights, w)) <= 1e-2
+    doubled = layer(hidden, topk_ids=ids, topk_weights=weights * 2)
+    assert np.array_equal(bf16_to_f64(doubled), 2 * bf16_to_f64(out))
+
+
+def test_fused_experts_matches_fused_moe_and_the_reference(rng):
+    w = random_layer(rng, E, H, I)
+    args = (w["w1_blocks"], w["w1_scales"], w["w1_bias"], w["w2_blocks"], w["w2_scales"], w["w2_bias"])
+    hidden = f64_to_bf16(rng.normal(size=(9, H)))
+    logits, ids, weights = equal_top_logits(rng, 9, E, K)
+    by_logits = mxmoe.fused_moe(hidden, logits, *args, top_k=K, backend="reference")
+    routed = mxmoe.fused_experts(hidden, *args, weights, ids.astype(np.int64), backend="reference")
+    assert np.array_equal(routed, by_logits)
+    assert rel_error(routed, routed_reference(hidden, ids, weights, w)) <= 1e-2
+    out = np.full((9, H), 0x7FC1, np.uint16)
+    assert mxmoe.fused_experts(hidden, *args, weights, ids, backend="reference", out=out) is out
+    assert np.array_equal(out, by_logits)
+    with pytest.raises(mxmoe.Error, match="topk_ids: expected a .T, k. tensor"):
+        mxmoe.fused_experts(hidden, *args, weights, ids.reshape(-1), backend="reference")
+
+
+def test_jax_routed_on_the_cpu(rng):
+    jax = pytest.importorskip("jax")
+    cpu = jax.devices("cpu")[0]
+    w = random_layer(rng, E, H, I)
+    layer = mxmoe.MoeLayer(make_config(E, K, H, I), w, backend="reference", max_tokens=8)
+    hidden = f64_to_bf16(rng.normal(size=(5, H)))
+    logits, ids, weights = equal_top_logits(rng, 5, E, K)
+    jh = jax.device_put(hidden, cpu).view(jax.numpy.bfloat16)
+    out = layer(jh, topk_ids=jax.device_put(ids, cpu), topk_weights=jax.device_put(weights, cpu))
+    assert isinstance(out, jax.Array) and out.dtype == jax.numpy.bfloat16
+    assert np.array_equal(np.asarray(out.view(jax.numpy.uint16)), layer(hidden, logits))
+
+
+def test_bad_routing_is_refused_by_name(rng):
+    w = random_layer(rng, E, H, I)
+    layer = mxmoe.MoeLayer(make_config(E, K, H, I), w, backend="reference", max_tokens=4)
+    hidden = f64_to_bf16(rng.normal(size=(2, H)))
+    logits = rng.normal(size=(2, E)).astype(np.float32)
+    ids = np.array([[0, 1, 2, 3], [7, 6, 5, 4]], np.int32)
+    weights = np.full((2, K), 0.25, np.float32)
+
+    def call(i=ids, wt=weights):
+        return layer(hidden, topk_ids=i, topk_weights=wt)
+
+    call()
+    bad = ids.copy()
+    bad[1, 2] = E
+    with pytest.raises(mxmoe.Error, match=r"topk_ids\[1, 2\] = 8: expected an expert id in \[0, 8\)"):
+        call(bad)
+    bad[1, 2] = -3
+    with pytest.raises(mxmoe.Error, match=r"topk_ids\[1, 2\] = -3"):
+        call(bad)
+    with pytest.raises(mxmoe.Error, match=r"topk_ids\[1, 2\] = -3"):
+        call(bad.astype(np.int64))
+    big = ids.astype(np.int64)
+    big[0, 1] = 2**40
+    with pytest.raises(mxmoe.Error, match=r"topk_ids\[0, 1\] = 1099511627776"):
+        call(big)
+    dup = ids.copy()
+    dup[0, 3] = 1
+    with pytest.raises(mxmoe.Error, match="topk_ids: token 0 names expert 1 twice"):
+        call(dup)
+    for value in (-0.5, np.nan, np.inf):
+        bad_w = weights.copy()
+        bad_w[1, 0] = value
+        with pytest.raises(mxmoe.Error, match=r"topk_weights\[1, 0\] = .*expected a finite weight >= 0"):
+            call(wt=bad_w)
+    with pytest.raises(mxmoe.Error, match="topk_ids: expected int32 or int64, got float32"):
+        call(ids.astype(np.float32))
+    with pytest.raises(mxmoe.Error, match="topk_ids: expected int32 or int64, got uint8"):
+        call(ids.astype(np.uint8))
+    with pytest.raises(mxmoe.Error, match="topk_weights: expected float32, got float64"):
+        call(wt=weights.astype(np.float64))
+    with pytest.raises(mxmoe.Error, match=r"topk_ids: expected shape \[2, 4\], got \[2, 3\]"):
+        call(ids[:, :3].copy())
+    with pytest.raises(mxmoe.Error, match=r"topk_weights: expected shape \[2, 4\]"):
+        call(wt=weights[:1].copy())
+    with pytest.raises(mxmoe.Error, match="topk_ids: must be C-contiguous"):
+        call(np.asfortranarray(ids))
+    with pytest.raises(mxmoe.Error, match="not both"):
+        layer(hidden, logits, topk_ids=ids, topk_weights=weights)
+    with pytest.raises(mxmoe.Error, match="router_logits: pass router_logits"):
+        layer(hidden)
+    with pytest.raises(mxmoe.Error, match="topk_weights: routed input needs both"):
+        layer(hidden, topk_ids=ids)
+    with pytest.raises(mxmoe.Error, match="topk_ids: routed input needs both"):
+        layer(hidden, topk_weights=weights)
+    with pytest.raises(mxmoe.Error, match="topk_ids: expected a tensor"):
+        call([[0, 1, 2, 3], [4, 5, 6, 7]])
+    # The layer still works after every refusal.
+    assert np.array_equal(call(), call())
