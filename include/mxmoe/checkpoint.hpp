@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "mxmoe/config.hpp"
+#include "mxmoe/shard.hpp"
 #include "mxmoe/weights.hpp"
 
 namespace mxmoe {
@@ -33,6 +34,9 @@ class SafetensorsFile {
   bool contains(const std::string& name) const { return tensors_.count(name) != 0; }
   const TensorInfo& info(const std::string& name) const;  // throws if missing
   std::vector<uint8_t> read(const std::string& name) const;  // the tensor's raw bytes
+  // Only the given runs of the tensor's bytes (relative to its first byte, each inside it), concatenated
+  // (shard_reader.cpp: a shard reads its rows and column blocks, not the whole tensor).
+  std::vector<uint8_t> read_runs(const std::string& name, const std::vector<ByteRun>& runs) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
  private:
@@ -76,6 +80,9 @@ class Checkpoint {
   TensorNaming naming() const { return naming_; }
   // Layer n's router and experts, shapes and dtypes checked against config().
   MoeLayerData load_layer(int layer) const;
+  // Layer n's part for one rank (shard.hpp), reading only that rank's bytes of the expert tensors
+  // (shard_byte_runs); the router is read whole. Equal to slice_layer of load_layer.
+  MoeLayerData load_layer_shard(int layer, const ShardSpec& spec) const;
 
  private:
   std::filesystem::path dir_;

@@ -8,4 +8,6 @@
 #include "mxmoe/reference.hpp"
 #include "mxmoe/runner.hpp"
 #include "mxmoe/scale_layout.hpp"
+#include "mxmoe/shard.hpp"
+#include "mxmoe/sharded_moe.hpp"
 #include "mxmoe/weights.hpp"

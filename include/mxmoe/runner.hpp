@@ -103,6 +103,16 @@ class MoeRunner {
                       uint16_t* out, void* workspace, size_t workspace_size, cudaStream_t stream = nullptr) const;
   void forward_routed(const uint16_t* hidden, const int64_t* topk_ids, const float* topk_weights, int64_t tokens,
                       uint16_t* out, void* workspace, size_t workspace_size, cudaStream_t stream = nullptr) const;
+  // The output as fp32 sums, before forward()'s bf16 rounding (out [T, H] fp32, 16-byte aligned), GPU
+  // backends only (the reference backend throws): a shard's partial output that is summed over the ranks
+  // in fp32, so that the layer's output rounds once (ShardedMoe). The combine runs as its own kernel.
+  // Rounded to bf16 (nearest even), it is forward()'s output.
+  void forward_f32(const uint16_t* hidden, const float* router_logits, int64_t tokens, float* out, void* workspace,
+                   size_t workspace_size, cudaStream_t stream = nullptr) const;
+  void forward_routed_f32(const uint16_t* hidden, const int32_t* topk_ids, const float* topk_weights, int64_t tokens,
+                          float* out, void* workspace, size_t workspace_size, cudaStream_t stream = nullptr) const;
+  void forward_routed_f32(const uint16_t* hidden, const int64_t* topk_ids, const float* topk_weights, int64_t tokens,
+                          float* out, void* workspace, size_t workspace_size, cudaStream_t stream = nullptr) const;
   // Profiling: run only the first `stages` of route, gemm1, gemm2, combine (kAllStages = all; the
   // output is complete only then). `mxmoe bench --stages` times the differences.
   static constexpr int kAllStages = 4;
@@ -119,6 +129,10 @@ class MoeRunner {
   void forward_routed_ids(const uint16_t* hidden, const void* topk_ids, bool ids64, const float* topk_weights,
                           int64_t tokens, uint16_t* out, void* workspace, size_t workspace_size,
                           cudaStream_t stream) const;
+  // forward_f32 and forward_routed_f32: logits, or ids (ids64) and weights.
+  void forward_f32_any(const uint16_t* hidden, const float* logits, const void* topk_ids, bool ids64,
+                       const float* topk_weights, int64_t tokens, float* out, void* workspace, size_t workspace_size,
+                       cudaStream_t stream) const;
 
   MoeConfig config_;
   Backend backend_;

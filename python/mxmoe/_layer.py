@@ -134,6 +134,11 @@ class MoeLayer:
         w = {n: _as_tensor(weights[n], n) if weights.get(n) is not None else None for n in _WEIGHT_NAMES}
         self._layer = Layer(config, w["w1_blocks"], w["w1_scales"], w["w1_bias"], w["w2_blocks"], w["w2_scales"],
                             w["w2_bias"], backend, max_tokens, plan)
+        # The custom ops' handle, taken now: a first call inside torch.compile then reads a constant
+        # instead of tracing the handle counter (which Dynamo cannot).
+        from . import _torch
+
+        _torch.handle_for(self)
 
     @property
     def config(self) -> MoeConfig:

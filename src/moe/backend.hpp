@@ -8,6 +8,7 @@
 
 #include "kernels/mma/mx_gemm.hpp"
 #include "mxmoe/config.hpp"
+#include "mxmoe/error.hpp"
 #include "mxmoe/runner.hpp"
 #include "mxmoe/weights.hpp"
 #include "routing/routing.hpp"
@@ -31,8 +32,16 @@ class BackendImpl {
     route.logits = router_logits;
     forward(hidden, route, tokens, out, workspace, stream, stages);
   }
+  // MoeRunner::forward_f32: the output as fp32 sums before the bf16 rounding (GPU backends).
+  virtual void forward_f32(const uint16_t* hidden, const routing::RouteSource& route, int64_t tokens, float* out,
+                           void* workspace, cudaStream_t stream) const;
   virtual std::string describe_plan(int64_t tokens) const = 0;
 };
+
+inline void BackendImpl::forward_f32(const uint16_t*, const routing::RouteSource&, int64_t, float*, void*,
+                                     cudaStream_t) const {
+  detail::throw_error("out (fp32, forward_f32): only the GPU backends write an fp32 output");
+}
 
 std::unique_ptr<BackendImpl> make_reference_backend(const MoeConfig& config, const MoeWeights& weights);
 // GPU backends (src/moe/gpu_backend.cpp): uploads the weights in the layout the kernels stream, and

@@ -93,6 +93,20 @@ class GpuBackend final : public BackendImpl {
   using BackendImpl::forward;
   void forward(const uint16_t* hidden, const routing::RouteSource& route, int64_t tokens, uint16_t* out,
                void* workspace, cudaStream_t stream, int stages) const override {
+    run(hidden, route, tokens, out, nullptr, workspace, stream, stages);
+  }
+
+  void forward_f32(const uint16_t* hidden, const routing::RouteSource& route, int64_t tokens, float* out,
+                   void* workspace, cudaStream_t stream) const override {
+    run(hidden, route, tokens, nullptr, out, workspace, stream, MoeRunner::kAllStages);
+  }
+
+  std::string describe_plan(int64_t tokens) const override { return plan_for(tokens).to_string(); }
+
+ private:
+  // One forward into `out` (bf16) or `out_f32`.
+  void run(const uint16_t* hidden, const routing::RouteSource& route, int64_t tokens, uint16_t* out, float* out_f32,
+           void* workspace, cudaStream_t stream, int stages) const {
     const int current = current_device();
     MXMOE_REQUIRE(current == device_, "forward: the current CUDA device is ", current,
                   ", but this runner's weights live on device ", device_);
@@ -103,13 +117,18 @@ class GpuBackend final : public BackendImpl {
     } else {
       require_device_pointer(route.logits, "router_logits", 4);
     }
-    require_device_pointer(out, "out", 8);
+    if (out_f32 != nullptr)
+      require_device_pointer(out_f32, "out", 16);
+    else
+      require_device_pointer(out, "out", 8);
     require_device_pointer(workspace, "workspace", 256);
-    const plan::Plan p = plan_for(tokens);
+    plan::Plan p = plan_for(tokens);
+    // The fp32 output comes from the combine kernel: GEMM2 writes its rows and does not combine itself.
+    if (out_f32 != nullptr) p.fused_combine = p.cluster_combine = false;
     if (log_plan_) std::cerr << "mxmoe plan: T = " << tokens << ": " << p.to_string() << "\n";
     const WorkspaceLayout layout = layout_for(tokens);
     const BoundWorkspace ws = layout.bind(workspace);
-    const ForwardArgs f{hidden, route, tokens, out, ws, stream, stages};
+    const ForwardArgs f{hidden, route, tokens, out, ws, stream, stages, out_f32};
     switch (p.family) {
       case plan::Family::Gemv: return run_gemv(layer_, p, f);
       case plan::Family::Mma:
@@ -118,9 +137,6 @@ class GpuBackend final : public BackendImpl {
     }
   }
 
-  std::string describe_plan(int64_t tokens) const override { return plan_for(tokens).to_string(); }
-
- private:
   // The planner's plan, as this device runs it: an SM120/SM121 target's native MX plan runs the
   // emulated atom on another GPU (the same data path: mx_atoms.cuh).
   plan::Plan plan_for(int64_t tokens) const {

@@ -46,6 +46,9 @@ struct ForwardArgs {
   const BoundWorkspace& ws;
   cudaStream_t stream;
   int stages;
+  // MoeRunner::forward_f32: the combine writes fp32 sums here in place of `out` (the plan has no fused
+  // combine then: gpu_backend.cpp).
+  float* out_f32 = nullptr;
 };
 
 void run_gemv(const GpuLayer& layer, const plan::Plan& plan, const ForwardArgs& f);

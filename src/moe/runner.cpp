@@ -105,6 +105,42 @@ void MoeRunner::forward_routed_ids(const uint16_t* hidden, const void* topk_ids,
   impl().forward(hidden, route, tokens, out, workspace, stream, kAllStages);
 }
 
+void MoeRunner::forward_f32(const uint16_t* hidden, const float* router_logits, int64_t tokens, float* out,
+                            void* workspace, size_t workspace_size, cudaStream_t stream) const {
+  MXMOE_REQUIRE(router_logits != nullptr || tokens == 0, "router_logits: null pointer");
+  forward_f32_any(hidden, router_logits, nullptr, false, nullptr, tokens, out, workspace, workspace_size, stream);
+}
+
+void MoeRunner::forward_routed_f32(const uint16_t* hidden, const int32_t* topk_ids, const float* topk_weights,
+                                   int64_t tokens, float* out, void* workspace, size_t workspace_size,
+                                   cudaStream_t stream) const {
+  forward_f32_any(hidden, nullptr, topk_ids, false, topk_weights, tokens, out, workspace, workspace_size, stream);
+}
+
+void MoeRunner::forward_routed_f32(const uint16_t* hidden, const int64_t* topk_ids, const float* topk_weights,
+                                   int64_t tokens, float* out, void* workspace, size_t workspace_size,
+                                   cudaStream_t stream) const {
+  forward_f32_any(hidden, nullptr, topk_ids, true, topk_weights, tokens, out, workspace, workspace_size, stream);
+}
+
+void MoeRunner::forward_f32_any(const uint16_t* hidden, const float* logits, const void* topk_ids, bool ids64,
+                                const float* topk_weights, int64_t tokens, float* out, void* workspace,
+                                size_t workspace_size, cudaStream_t stream) const {
+  // check_forward checks the out pointer for null only.
+  if (!check_forward(hidden, tokens, reinterpret_cast<const uint16_t*>(out), workspace, workspace_size)) return;
+  routing::RouteSource route;
+  if (logits != nullptr) {
+    route.logits = logits;
+  } else {
+    MXMOE_REQUIRE(topk_ids != nullptr, "topk_ids: null pointer");
+    MXMOE_REQUIRE(topk_weights != nullptr, "topk_weights: null pointer");
+    route.topk_ids = topk_ids;
+    route.ids64 = ids64;
+    route.topk_weights = topk_weights;
+  }
+  impl().forward_f32(hidden, route, tokens, out, workspace, stream);
+}
+
 std::string MoeRunner::describe_plan(int64_t tokens) const {
   MXMOE_REQUIRE(tokens >= 0 && tokens <= max_tokens_, "tokens: expected 0..", max_tokens_, ", got ", tokens);
   return impl().describe_plan(tokens);

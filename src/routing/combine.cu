@@ -20,10 +20,16 @@ __device__ __forceinline__ float4 load4(const uint16_t* p) {
                      __uint_as_float(v.y & 0xFFFF0000u));
 }
 
-template <class Row>
+// Four sums into the output: bf16 (rounded to nearest even), or fp32 as they are.
+__device__ __forceinline__ void store4(uint16_t* p, float4 v) {
+  *reinterpret_cast<uint2*>(p) = kernels::pack_bf16x4(v);
+}
+__device__ __forceinline__ void store4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
+
+template <class Row, class Out>
 __global__ void __launch_bounds__(kThreads) combine_kernel(const Row* __restrict__ rows,
                                                            const int32_t* __restrict__ pair_row, int top_k,
-                                                           int hidden, uint16_t* __restrict__ out) {
+                                                           int hidden, Out* __restrict__ out) {
   // Programmatic dependent launch (docs/gpu-pipeline.md): wait for GEMM2, then let the next kernel launch.
   cudaGridDependencySynchronize();
   cudaTriggerProgrammaticLaunchCompletion();
@@ -39,16 +45,17 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const Row* __restrict
     acc.z += v.z;
     acc.w += v.w;
   }
-  *reinterpret_cast<uint2*>(out + t * hidden + n) = kernels::pack_bf16x4(acc);
+  store4(out + t * hidden + n, acc);
 }
 
-template <class Row>
-void launch_combine(const Row* rows, const int32_t* pair_row, int64_t tokens, int top_k, int hidden, uint16_t* out,
+template <class Row, class Out>
+void launch_combine(const Row* rows, const int32_t* pair_row, int64_t tokens, int top_k, int hidden, Out* out,
                     cudaStream_t stream) {
   if (tokens == 0) return;
   MXMOE_REQUIRE(hidden % 4 == 0, "combine: hidden must be a multiple of 4, got ", hidden);
   const dim3 grid(static_cast<unsigned>(tokens), (hidden / 4 + kThreads - 1) / kThreads);
-  kernels::launch_with_pdl(combine_kernel<Row>, grid, dim3(kThreads), 0, stream, rows, pair_row, top_k, hidden, out);
+  kernels::launch_with_pdl(combine_kernel<Row, Out>, grid, dim3(kThreads), 0, stream, rows, pair_row, top_k, hidden,
+                           out);
 }
 
 }  // namespace
@@ -60,6 +67,16 @@ void combine_rows(const float* rows, const int32_t* pair_row, int64_t tokens, in
 
 void combine_bf16_rows(const uint16_t* rows, const int32_t* pair_row, int64_t tokens, int top_k, int hidden,
                        uint16_t* out, cudaStream_t stream) {
+  launch_combine(rows, pair_row, tokens, top_k, hidden, out, stream);
+}
+
+void combine_rows(const float* rows, const int32_t* pair_row, int64_t tokens, int top_k, int hidden, float* out,
+                  cudaStream_t stream) {
+  launch_combine(rows, pair_row, tokens, top_k, hidden, out, stream);
+}
+
+void combine_bf16_rows(const uint16_t* rows, const int32_t* pair_row, int64_t tokens, int top_k, int hidden,
+                       float* out, cudaStream_t stream) {
   launch_combine(rows, pair_row, tokens, top_k, hidden, out, stream);
 }
 

@@ -64,5 +64,11 @@ void combine_rows(const float* rows, const int32_t* pair_row, int64_t tokens, in
 // The same from bf16 rows (the swap-AB and wgmma tiles' GEMM2: half the bytes written and read back).
 void combine_bf16_rows(const uint16_t* rows, const int32_t* pair_row, int64_t tokens, int top_k, int hidden,
                        uint16_t* out, cudaStream_t stream);
+// Both with the fp32 sums as output, before the bf16 rounding (MoeRunner::forward_f32: a shard's partial
+// output, summed over the ranks in fp32 so that the layer's output rounds once).
+void combine_rows(const float* rows, const int32_t* pair_row, int64_t tokens, int top_k, int hidden, float* out,
+                  cudaStream_t stream);
+void combine_bf16_rows(const uint16_t* rows, const int32_t* pair_row, int64_t tokens, int top_k, int hidden,
+                       float* out, cudaStream_t stream);
 
 }  // namespace mxmoe::routing

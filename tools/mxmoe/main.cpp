@@ -10,6 +10,10 @@
 #include "mxmoe/device.hpp"
 #include "mxmoe/error.hpp"
 
+namespace mxmoe::cli {
+void add_bench_multi_command(CLI::App& app, int& exit_code);  // cmd_bench_multi.cu (several GPUs, NCCL)
+}
+
 int main(int argc, char** argv) {
   using namespace mxmoe::cli;
   CLI::App app{"mxmoe: the MXFP4 Mixture-of-Experts layer of gpt-oss models, on the CPU reference and NVIDIA GPUs"};
@@ -26,6 +30,7 @@ int main(int argc, char** argv) {
   add_bench_command(app, exit_code);
   add_soak_command(app, exit_code);
   add_plan_command(app, exit_code);
+  add_bench_multi_command(app, exit_code);
 
   // CLI11 would only say "a subcommand is required" here; name the unknown command and the valid ones.
   if (argc > 1 && argv[1][0] != '-') {

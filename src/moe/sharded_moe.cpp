@@ -1,0 +1,258 @@
+// ShardedMoe (mxmoe/sharded_moe.hpp): a rank's runner over its shard, the expert-parallel map of the
+// routing (moe/sharded_route.hpp) and the NCCL all-reduce of the partial outputs on the runner's stream.
+#include "mxmoe/sharded_moe.hpp"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#if MXMOE_HAVE_NCCL
+#include <nccl.h>
+#endif
+
+#include "common/cuda_check.hpp"
+#include "moe/sharded_convert.hpp"
+#include "moe/sharded_pad.hpp"
+#include "moe/sharded_route.hpp"
+#include "mxmoe/error.hpp"
+
+namespace mxmoe {
+namespace {
+
+constexpr size_t kAlign = 256;
+size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+#if MXMOE_HAVE_NCCL
+void nccl_check(ncclResult_t r, const char* what) {
+  MXMOE_REQUIRE(r == ncclSuccess, "NCCL ", what, ": ", ncclGetErrorString(r));
+}
+#endif
+
+}  // namespace
+
+bool nccl_available() {
+#if MXMOE_HAVE_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+ShardedMoe::ShardedMoe(const LayerShard& shard, const MoeWeights& weights, const RunnerOptions& options,
+                       ncclComm_t comm, bool fp32_partials)
+    : shard_(shard), comm_(comm), fp32_partials_(fp32_partials) {
+  weights.validate(shard_.local);
+  if (comm != nullptr) {
+#if MXMOE_HAVE_NCCL
+    int count = 0, rank = 0, device = -1, current = -1;
+    nccl_check(ncclCommCount(comm, &count), "ncclCommCount");
+    nccl_check(ncclCommUserRank(comm, &rank), "ncclCommUserRank");
+    nccl_check(ncclCommCuDevice(comm, &device), "ncclCommCuDevice");
+    MXMOE_CUDA_CHECK(cudaGetDevice(&current));
+    MXMOE_REQUIRE(count == shard_.spec.world_size && rank == shard_.spec.rank, "comm: a communicator of ", count,
+                  " ranks in which this is rank ", rank, ", but the shard is rank ", shard_.spec.rank, " of ",
+                  shard_.spec.world_size);
+    MXMOE_REQUIRE(device == current, "comm: its device is ", device, ", but the current CUDA device is ", current);
+#else
+    detail::throw_error("comm: this mxmoe build has no NCCL (configure with MXMOE_NCCL_ROOT); pass no communicator "
+                        "and sum the partial outputs yourself");
+#endif
+  }
+  if (shard_.spec.mode == ShardMode::Tensor) {
+    runner_ = std::make_unique<MoeRunner>(shard_.local, weights, options);
+  } else {
+    MoeConfig padded = shard_.local;
+    padded.top_k = shard_.full.top_k;
+    padded.num_experts = shard_.local.num_experts + padded.top_k;
+    MXMOE_REQUIRE(padded.num_experts <= kMaxExperts, "ShardSpec: rank ", shard_.spec.rank, " owns ",
+                  shard_.local.num_experts, " experts; with the k = ", padded.top_k,
+                  " absent experts of expert-parallel routing that is more than ", kMaxExperts);
+    const MoeLayerData w = sharded::pad_absent_experts(shard_.local, weights, padded.top_k);
+    runner_ = std::make_unique<MoeRunner>(padded, w.view(), options);
+  }
+  MXMOE_REQUIRE(runner_->on_gpu(), "ShardedMoe: backend '", to_string(runner_->backend()),
+                "' is not a GPU backend (a shard runs on its rank's GPU)");
+  MXMOE_CUDA_CHECK(cudaGetDevice(&device_));
+  if (shard_.spec.mode == ShardMode::Expert) {
+    // The map [E] on the runner's device (the current one).
+    int32_t* map = nullptr;
+    const size_t map_bytes = shard_.global_to_local.size() * sizeof(int32_t);
+    MXMOE_CUDA_CHECK(cudaMalloc(&map, map_bytes));
+    map_ = std::shared_ptr<int32_t>(map, [](int32_t* p) { cudaFree(p); });
+    MXMOE_CUDA_CHECK(cudaMemcpy(map, shard_.global_to_local.data(), map_bytes, cudaMemcpyHostToDevice));
+  }
+}
+
+ShardedMoe::~ShardedMoe() = default;
+ShardedMoe::ShardedMoe(ShardedMoe&&) noexcept = default;
+ShardedMoe& ShardedMoe::operator=(ShardedMoe&&) noexcept = default;
+
+// The runner's workspace, then (expert-parallel) the local ids and weights [max_tokens, k], then (fp32
+// partials) their sum.
+size_t ShardedMoe::workspace_bytes() const {
+  size_t bytes = align_up(runner_->workspace_bytes());
+  if (shard_.spec.mode == ShardMode::Expert) {
+    const size_t pairs = static_cast<size_t>(runner_->max_tokens()) * shard_.full.top_k;
+    bytes += align_up(pairs * 4) * 2;
+  }
+  // The fp32 sum of a reducing forward with fp32 partials, [max_tokens, H].
+  if (fp32_partials_ && comm_ != nullptr)
+    bytes += align_up(static_cast<size_t>(runner_->max_tokens()) * shard_.full.hidden * 4);
+  return bytes;
+}
+
+void ShardedMoe::forward(const uint16_t* hidden, const float* router_logits, int64_t tokens, uint16_t* out,
+                         void* workspace, size_t workspace_size, cudaStream_t stream) const {
+  MXMOE_REQUIRE(router_logits != nullptr || tokens == 0, "router_logits: null pointer");
+  run({hidden, router_logits, nullptr, false, nullptr, tokens}, out, nullptr, workspace, workspace_size, stream, true);
+}
+
+void ShardedMoe::forward_routed(const uint16_t* hidden, const int32_t* topk_ids, const float* topk_weights,
+                                int64_t tokens, uint16_t* out, void* workspace, size_t workspace_size,
+                                cudaStream_t stream) const {
+  MXMOE_REQUIRE(tokens == 0 || (topk_ids != nullptr && topk_weights != nullptr), "topk_ids, topk_weights: null pointer");
+  run({hidden, nullptr, topk_ids, false, topk_weights, tokens}, out, nullptr, workspace, workspace_size, stream, true);
+}
+
+void ShardedMoe::forward_routed(const uint16_t* hidden, const int64_t* topk_ids, const float* topk_weights,
+                                int64_t tokens, uint16_t* out, void* workspace, size_t workspace_size,
+                                cudaStream_t stream) const {
+  MXMOE_REQUIRE(tokens == 0 || (topk_ids != nullptr && topk_weights != nullptr), "topk_ids, topk_weights: null pointer");
+  run({hidden, nullptr, topk_ids, true, topk_weights, tokens}, out, nullptr, workspace, workspace_size, stream, true);
+}
+
+void ShardedMoe::forward_partial(const uint16_t* hidden, const float* router_logits, int64_t tokens, uint16_t* out,
+                                 void* workspace, size_t workspace_size, cudaStream_t stream) const {
+  MXMOE_REQUIRE(router_logits != nullptr || tokens == 0, "router_logits: null pointer");
+  run({hidden, router_logits, nullptr, false, nullptr, tokens}, out, nullptr, workspace, workspace_size, stream, false);
+}
+
+void ShardedMoe::forward_partial_f32(const uint16_t* hidden, const float* router_logits, int64_t tokens, float* out,
+                                     void* workspace, size_t workspace_size, cudaStream_t stream) const {
+  MXMOE_REQUIRE(router_logits != nullptr || tokens == 0, "router_logits: null pointer");
+  run({hidden, router_logits, nullptr, false, nullptr, tokens}, nullptr, out, workspace, workspace_size, stream, false);
+}
+
+void ShardedMoe::forward_ranks(const std::vector<const ShardedMoe*>& ranks, const std::vector<RankForward>& io,
+                               int64_t tokens) {
+  MXMOE_REQUIRE(ranks.size() == io.size(), "forward_ranks: ", ranks.size(), " ranks but ", io.size(), " inputs");
+  int current = 0;
+  MXMOE_CUDA_CHECK(cudaGetDevice(&current));
+  nccl_group_start();
+  try {
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      MXMOE_REQUIRE(ranks[r] != nullptr, "forward_ranks: rank ", r, " is null");
+      const RankForward& f = io[r];
+      MXMOE_REQUIRE(f.router_logits != nullptr || tokens == 0, "router_logits: null pointer (rank ", r, ")");
+      MXMOE_CUDA_CHECK(cudaSetDevice(ranks[r]->device_));
+      ranks[r]->run({f.hidden, f.router_logits, nullptr, false, nullptr, tokens}, f.out, nullptr, f.workspace,
+                    f.workspace_size, f.stream, true, false);
+    }
+  } catch (...) {
+    nccl_group_end();
+    cudaSetDevice(current);
+    throw;
+  }
+  nccl_group_end();
+  for (size_t r = 0; r < ranks.size(); ++r)
+    if (ranks[r]->fp32_partials_ && ranks[r]->comm_ != nullptr && tokens > 0) {
+      MXMOE_CUDA_CHECK(cudaSetDevice(ranks[r]->device_));
+      ranks[r]->finish_f32(io[r].out, tokens, io[r].workspace, io[r].stream);
+    }
+  MXMOE_CUDA_CHECK(cudaSetDevice(current));
+}
+
+float* ShardedMoe::sum_f32(void* workspace) const {
+  const size_t runner_bytes = align_up(runner_->workspace_bytes());
+  const size_t pair_bytes = align_up(static_cast<size_t>(runner_->max_tokens()) * shard_.full.top_k * 4);
+  auto* base = static_cast<uint8_t*>(workspace) + runner_bytes;
+  return reinterpret_cast<float*>(base + (shard_.spec.mode == ShardMode::Expert ? 2 * pair_bytes : 0));
+}
+
+void ShardedMoe::finish_f32(uint16_t* out, int64_t tokens, void* workspace, cudaStream_t stream) const {
+  sharded::f32_to_bf16(sum_f32(workspace), out, static_cast<size_t>(tokens) * shard_.full.hidden, stream);
+}
+
+void ShardedMoe::run(const Inputs& in, uint16_t* out, float* out_f32, void* workspace, size_t workspace_size,
+                     cudaStream_t stream, bool reduce, bool finish) const {
+  const int64_t tokens = in.tokens;
+  MXMOE_REQUIRE(tokens >= 0 && tokens <= runner_->max_tokens(), "tokens = ", tokens, ": expected in [0, max_tokens = ",
+                runner_->max_tokens(), "]");
+  MXMOE_REQUIRE(workspace_size >= workspace_bytes(), "workspace_size = ", workspace_size, ": expected at least ",
+                workspace_bytes(), " bytes (ShardedMoe::workspace_bytes)");
+  MXMOE_REQUIRE(workspace != nullptr || workspace_size == 0, "workspace: null");
+  MXMOE_REQUIRE(out != nullptr || out_f32 != nullptr || tokens == 0, "out: null pointer");
+  if (tokens == 0) return;  // every rank has the same T: no rank calls the collective
+  const size_t runner_bytes = align_up(runner_->workspace_bytes());
+  auto* base = static_cast<uint8_t*>(workspace) + runner_bytes;
+  const size_t pair_bytes = align_up(static_cast<size_t>(runner_->max_tokens()) * shard_.full.top_k * 4);
+  // The fp32 partials of a reducing forward: summed in the workspace, rounded once into out.
+  float* sum = reduce && comm_ != nullptr && fp32_partials_ ? sum_f32(workspace) : nullptr;
+  float* partial_f32 = sum != nullptr ? sum : out_f32;
+
+  const void* ids = in.ids;
+  bool ids64 = in.ids64;
+  const float* weights = in.weights;
+  if (shard_.spec.mode == ShardMode::Expert) {
+    sharded::LocalizeArgs a;
+    a.logits = in.logits;
+    a.ids = in.ids;
+    a.ids64 = in.ids64;
+    a.weights = in.weights;
+    a.global_to_local = map_.get();
+    a.tokens = static_cast<int>(tokens);
+    a.experts = shard_.full.num_experts;
+    a.top_k = shard_.full.top_k;
+    a.local_experts = shard_.local.num_experts;
+    a.softmax_first = shard_.full.routing == RoutingOrder::SoftmaxThenTopk;
+    a.renormalize = shard_.full.renormalize;
+    a.local_ids = reinterpret_cast<int32_t*>(base);
+    a.local_weights = reinterpret_cast<float*>(base + pair_bytes);
+    sharded::localize_pairs(a, stream);
+    ids = a.local_ids;
+    ids64 = false;
+    weights = a.local_weights;
+  }
+  const MoeRunner& r = *runner_;
+  if (ids == nullptr && partial_f32 != nullptr)
+    r.forward_f32(in.hidden, in.logits, tokens, partial_f32, workspace, runner_bytes, stream);
+  else if (ids == nullptr)
+    r.forward(in.hidden, in.logits, tokens, out, workspace, runner_bytes, stream);
+  else if (partial_f32 != nullptr && ids64)
+    r.forward_routed_f32(in.hidden, static_cast<const int64_t*>(ids), weights, tokens, partial_f32, workspace,
+                         runner_bytes, stream);
+  else if (partial_f32 != nullptr)
+    r.forward_routed_f32(in.hidden, static_cast<const int32_t*>(ids), weights, tokens, partial_f32, workspace,
+                         runner_bytes, stream);
+  else if (ids64)
+    r.forward_routed(in.hidden, static_cast<const int64_t*>(ids), weights, tokens, out, workspace, runner_bytes, stream);
+  else
+    r.forward_routed(in.hidden, static_cast<const int32_t*>(ids), weights, tokens, out, workspace, runner_bytes, stream);
+  if (!reduce || comm_ == nullptr) return;
+  if (sum == nullptr) {
+    all_reduce(out, tokens, stream);
+    return;
+  }
+#if MXMOE_HAVE_NCCL
+  const size_t count = static_cast<size_t>(tokens) * shard_.full.hidden;
+  nccl_check(ncclAllReduce(sum, sum, count, ncclFloat32, ncclSum, comm_, stream), "ncclAllReduce");
+#endif
+  if (finish) finish_f32(out, tokens, workspace, stream);
+}
+
+void ShardedMoe::all_reduce(uint16_t* out, int64_t tokens, cudaStream_t stream) const {
+  MXMOE_REQUIRE(comm_ != nullptr, "all_reduce: this ShardedMoe has no communicator");
+  MXMOE_REQUIRE(out != nullptr || tokens == 0, "out: null pointer");
+  if (tokens == 0) return;  // every rank has the same T: every rank skips
+#if MXMOE_HAVE_NCCL
+  const size_t count = static_cast<size_t>(tokens) * shard_.full.hidden;
+  nccl_check(ncclAllReduce(out, out, count, ncclBfloat16, ncclSum, comm_, stream), "ncclAllReduce");
+#else
+  (void)out;
+  (void)stream;
+#endif
+}
+
+}  // namespace mxmoe

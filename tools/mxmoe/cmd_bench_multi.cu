@@ -1,0 +1,282 @@
+// `mxmoe bench-multi`: one MoE layer sharded over N GPUs of this host (tensor- or expert-parallel, tokens
+// replicated), one process driving them through NCCL. Per batch size, graph-captured and replayed as
+// `mxmoe bench` times: the one-GPU layer (GPU 0), each rank's partial without the collective (the slowest
+// rank: what an engine that reduces itself sees), the layer with the all-reduce, and the all-reduce alone
+// with its bytes; scaling efficiency = one-GPU time / (N x layer time). Layers are rotated so that a shard
+// small enough for L2 is not flattered.
+#include <cuda_runtime.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli_common.hpp"
+#include "common/cuda_check.hpp"
+#include "common/device_buffer.hpp"
+#include "mxmoe/mxmoe.hpp"
+
+#ifndef MXMOE_GIT_COMMIT
+#define MXMOE_GIT_COMMIT "unknown"
+#endif
+
+namespace mxmoe::cli {
+namespace {
+
+struct MultiOptions {
+  std::string preset = "gpt-oss-120b";
+  int gpus = 2;
+  std::string parallel = "tp";
+  std::vector<int64_t> tokens = {1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096};
+  int iterations = 50, layers = 4;
+  double warmup_ms = 1000;
+  std::string json_path;
+  uint64_t seed = 1234;
+  bool fp32 = false;  // fp32 partials
+};
+
+// A rank's layers (rotated) and buffers on its GPU.
+struct RankState {
+  std::vector<std::unique_ptr<ShardedMoe>> layers;
+  DeviceBuffer hidden, logits, out, workspace;
+  cudaStream_t stream = nullptr;
+};
+
+// Replays graphs (one per listed device, captured together by `body`) and returns the median over
+// `iterations` of the slowest device's replay, in ms.
+template <class Body>
+double time_graphs(const std::vector<int>& devices, std::vector<RankState>& ranks, const MultiOptions& o, Body&& body) {
+  const size_t n = devices.size();
+  std::vector<cudaGraph_t> graphs(n);
+  std::vector<cudaGraphExec_t> execs(n);
+  std::vector<cudaEvent_t> start(n), stop(n);
+  for (size_t i = 0; i < n; ++i) {
+    MXMOE_CUDA_CHECK(cudaSetDevice(devices[i]));
+    MXMOE_CUDA_CHECK(cudaStreamBeginCapture(ranks[devices[i]].stream, cudaStreamCaptureModeThreadLocal));
+  }
+  body();
+  for (size_t i = 0; i < n; ++i) {
+    MXMOE_CUDA_CHECK(cudaSetDevice(devices[i]));
+    MXMOE_CUDA_CHECK(cudaStreamEndCapture(ranks[devices[i]].stream, &graphs[i]));
+    MXMOE_CUDA_CHECK(cudaGraphInstantiate(&execs[i], graphs[i], 0));
+    MXMOE_CUDA_CHECK(cudaEventCreate(&start[i]));
+    MXMOE_CUDA_CHECK(cudaEventCreate(&stop[i]));
+  }
+  auto replay = [&](bool timed) {
+    for (size_t i = 0; i < n; ++i) {
+      MXMOE_CUDA_CHECK(cudaSetDevice(devices[i]));
+      if (timed) MXMOE_CUDA_CHECK(cudaEventRecord(start[i], ranks[devices[i]].stream));
+      MXMOE_CUDA_CHECK(cudaGraphLaunch(execs[i], ranks[devices[i]].stream));
+      if (timed) MXMOE_CUDA_CHECK(cudaEventRecord(stop[i], ranks[devices[i]].stream));
+    }
+    double worst = 0;
+    for (size_t i = 0; i < n; ++i) {
+      MXMOE_CUDA_CHECK(cudaSetDevice(devices[i]));
+      MXMOE_CUDA_CHECK(cudaStreamSynchronize(ranks[devices[i]].stream));
+      if (timed) {
+        float ms = 0;
+        MXMOE_CUDA_CHECK(cudaEventElapsedTime(&ms, start[i], stop[i]));
+        worst = std::max(worst, static_cast<double>(ms));
+      }
+    }
+    return worst;
+  };
+  const auto warm_start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 3 || std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - warm_start)
+                                   .count() < o.warmup_ms;
+       ++i)
+    replay(false);
+  std::vector<double> times;
+  for (int i = 0; i < o.iterations; ++i) times.push_back(replay(true));
+  for (size_t i = 0; i < n; ++i) {
+    MXMOE_CUDA_CHECK(cudaSetDevice(devices[i]));
+    cudaEventDestroy(start[i]);
+    cudaEventDestroy(stop[i]);
+    cudaGraphExecDestroy(execs[i]);
+    cudaGraphDestroy(graphs[i]);
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+int run_bench_multi(const MultiOptions& o) {
+  const MoeConfig config = MoeConfig::preset(o.preset);
+  const ShardMode mode = parse_shard_mode(o.parallel);
+  const int64_t max_tokens = *std::max_element(o.tokens.begin(), o.tokens.end());
+  LocalNcclWorld world(o.gpus);
+  RunnerOptions options;
+  options.max_tokens = max_tokens;
+  options.backend = Backend::Auto;
+
+  std::cout << "bench-multi: " << o.preset << ", " << o.gpus << " GPUs, " << to_string(mode) << "-parallel, "
+            << o.layers << " layers rotated; building the shards..." << std::endl;
+  std::vector<RankState> ranks(static_cast<size_t>(o.gpus));
+  std::vector<std::unique_ptr<MoeRunner>> single;  // the one-GPU layers, on GPU 0
+  DeviceBuffer single_workspace;
+  for (int j = 0; j < o.layers; ++j) {
+    const MoeLayerData whole = MoeLayerData::random(config, o.seed + static_cast<uint64_t>(j));
+    MXMOE_CUDA_CHECK(cudaSetDevice(0));
+    single.push_back(std::make_unique<MoeRunner>(config, whole.view(), options));
+    for (int r = 0; r < o.gpus; ++r) {
+      MXMOE_CUDA_CHECK(cudaSetDevice(r));
+      const ShardSpec spec = mode == ShardMode::Tensor ? ShardSpec::tensor(r, o.gpus) : ShardSpec::expert(r, o.gpus);
+      const LayerShard shard = resolve_shard(config, spec);
+      ranks[r].layers.push_back(
+          std::make_unique<ShardedMoe>(shard, slice_layer(shard, whole).view(), options, world.comm(r), o.fp32));
+    }
+  }
+  const size_t hidden_bytes = static_cast<size_t>(max_tokens) * config.hidden * 2;
+  const auto hidden = random_bf16(static_cast<size_t>(max_tokens) * config.hidden, o.seed);
+  const auto logits = random_f32(static_cast<size_t>(max_tokens) * config.num_experts, o.seed + 1);
+  for (int r = 0; r < o.gpus; ++r) {
+    MXMOE_CUDA_CHECK(cudaSetDevice(r));
+    RankState& k = ranks[r];
+    k.hidden = DeviceBuffer(hidden.data(), hidden.size() * 2);
+    k.logits = DeviceBuffer(logits.data(), logits.size() * 4);
+    k.out = DeviceBuffer(hidden_bytes);
+    k.workspace = DeviceBuffer(k.layers[0]->workspace_bytes());
+    MXMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&k.stream, cudaStreamNonBlocking));
+  }
+  MXMOE_CUDA_CHECK(cudaSetDevice(0));
+  single_workspace = DeviceBuffer(single[0]->workspace_bytes());
+  cudaDeviceProp prop{};
+  MXMOE_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+
+  nlohmann::ordered_json record;
+  record["device"] = prop.name;
+  record["gpus"] = o.gpus;
+  record["parallel"] = to_string(mode);
+  const char* commit_env = std::getenv("MXMOE_COMMIT");
+  record["commit"] = commit_env != nullptr && *commit_env != '\0' ? commit_env : MXMOE_GIT_COMMIT;
+  const std::time_t now = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  record["date"] = date;
+  record["model"] = config.name;
+  record["layers_rotated"] = o.layers;
+  record["iterations"] = o.iterations;
+  record["partials"] = o.fp32 ? "fp32" : "bf16";
+  record["allreduce_alone"] = "bf16";
+  record["rows"] = nlohmann::json::array();
+
+  std::cout << std::setw(6) << "T" << std::setw(12) << "1 GPU us" << std::setw(12) << "partial us" << std::setw(9)
+            << "ratio" << std::setw(12) << "layer us" << std::setw(9) << "ratio" << std::setw(12) << "allreduce"
+            << std::setw(12) << "bytes" << std::setw(8) << "share" << std::setw(8) << "eff" << "\n";
+  std::vector<int> all(static_cast<size_t>(o.gpus));
+  for (int r = 0; r < o.gpus; ++r) all[r] = r;
+  for (int64_t t : o.tokens) {
+    const double per = 1e3 / o.layers;  // ms per replay of all layers -> us per layer
+    const double one = per * time_graphs({0}, ranks, o, [&] {
+      for (const auto& l : single)
+        l->forward(ranks[0].hidden.get<uint16_t>(), ranks[0].logits.get<float>(), t, ranks[0].out.get<uint16_t>(),
+                   single_workspace.get(), single_workspace.bytes(), ranks[0].stream);
+    });
+    double partial = 0;
+    for (int r = 0; r < o.gpus; ++r) {
+      RankState& k = ranks[r];
+      partial = std::max(partial, per * time_graphs({r}, ranks, o, [&] {
+                           for (const auto& l : k.layers)
+                             l->forward_partial(k.hidden.get<uint16_t>(), k.logits.get<float>(), t,
+                                                k.out.get<uint16_t>(), k.workspace.get(), k.workspace.bytes(), k.stream);
+                         }));
+    }
+    const double layer = per * time_graphs(all, ranks, o, [&] {
+      for (int j = 0; j < o.layers; ++j) {
+        std::vector<const ShardedMoe*> moes;
+        std::vector<ShardedMoe::RankForward> io;
+        for (RankState& k : ranks) {
+          moes.push_back(k.layers[j].get());
+          io.push_back({k.hidden.get<uint16_t>(), k.logits.get<float>(), k.out.get<uint16_t>(), k.workspace.get(),
+                        k.workspace.bytes(), k.stream});
+        }
+        ShardedMoe::forward_ranks(moes, io, t);
+      }
+    });
+    const double collective = per * time_graphs(all, ranks, o, [&] {
+      for (int j = 0; j < o.layers; ++j) {
+        nccl_group_start();
+        for (int r = 0; r < o.gpus; ++r) {
+          MXMOE_CUDA_CHECK(cudaSetDevice(r));
+          ranks[r].layers[j]->all_reduce(ranks[r].out.get<uint16_t>(), t, ranks[r].stream);
+        }
+        nccl_group_end();
+      }
+    });
+    // The collective alone is the bf16 all-reduce (fp32 partials move twice these bytes inside `layer`).
+    const double bytes = static_cast<double>(t) * config.hidden * 2;
+    const double efficiency = one / (o.gpus * layer);
+    std::cout << std::setw(6) << t << std::fixed << std::setprecision(1) << std::setw(12) << one << std::setw(12)
+              << partial << std::setprecision(3) << std::setw(9) << partial / one << std::setprecision(1)
+              << std::setw(12) << layer << std::setprecision(3) << std::setw(9) << layer / one << std::setprecision(1)
+              << std::setw(12) << collective << std::setw(12) << std::setprecision(0) << bytes << std::setprecision(3)
+              << std::setw(8) << collective / layer << std::setw(8) << efficiency << "\n";
+    nlohmann::ordered_json row;
+    row["tokens"] = t;
+    row["one_gpu_us"] = one;
+    row["partial_us"] = partial;
+    row["partial_ratio"] = partial / one;
+    row["layer_us"] = layer;
+    row["layer_ratio"] = layer / one;
+    row["allreduce_us"] = collective;
+    row["allreduce_bytes"] = bytes;
+    row["allreduce_share"] = collective / layer;
+    row["scaling_efficiency"] = efficiency;
+    row["plan_one_gpu"] = single[0]->describe_plan(t);
+    row["plan_rank0"] = ranks[0].layers[0]->runner().describe_plan(t);
+    record["rows"].push_back(row);
+  }
+  for (auto& k : ranks) cudaStreamDestroy(k.stream);
+  if (!o.json_path.empty()) {
+    std::ofstream f(o.json_path);
+    f << record.dump(2) << "\n";
+    MXMOE_REQUIRE(f.good(), "--json: cannot write '", o.json_path, "'");
+    std::cout << "record: " << o.json_path << "\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_bench_multi_command(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<MultiOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "bench-multi", "Time one MoE layer sharded over several GPUs of this host (NCCL; tensor- or expert-parallel)");
+  cmd->add_option("--preset", o->preset, "Model preset: " + joined(MoeConfig::preset_names()))
+      ->capture_default_str()
+      ->check(CLI::Validator(validate_preset_name, "PRESET", "preset"));
+  cmd->add_option("--gpus", o->gpus, "GPUs (ranks), 1 .. the GPUs present")->check(integer_in(1, 64))->capture_default_str();
+  cmd->add_option("--parallel", o->parallel, "tp (tensor-parallel) or ep (expert-parallel)")
+      ->check(CLI::IsMember({"tp", "ep", "tensor", "expert"}))
+      ->capture_default_str();
+  cmd->add_option("--tokens", o->tokens, "Batch sizes to time")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(integer_in(1, int64_t{1} << 20));
+  cmd->add_option("--iterations", o->iterations, "Timed graph replays per batch (median)")
+      ->check(integer_in(5, 100000))
+      ->capture_default_str();
+  cmd->add_option("--warmup-ms", o->warmup_ms, "Untimed replays first for at least this long")
+      ->check(CLI::Range(0.0, 60000.0))
+      ->capture_default_str();
+  cmd->add_option("--layers", o->layers, "Layers to rotate (L2 must not hold a shard's experts)")
+      ->check(integer_in(1, 64))
+      ->capture_default_str();
+  cmd->add_option("--json", o->json_path, "Write the benchmark record to this file");
+  cmd->add_option("--seed", o->seed, "Seed of the random weights and inputs")->check(seed_value())->capture_default_str();
+  cmd->add_flag("--fp32-partials", o->fp32, "Sum the ranks' partial outputs in fp32 (rounded once; twice the bytes)");
+  cmd->callback([o, &exit_code] {
+    check_environment();
+    if (!o->json_path.empty()) check_output_path(o->json_path);
+    exit_code = run_bench_multi(*o);
+  });
+}
+
+}  // namespace mxmoe::cli
