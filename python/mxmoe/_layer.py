@@ -1,6 +1,8 @@
 """MoeLayer, fused_moe and fused_experts over DLPack tensors (the extension does the work)."""
 from __future__ import annotations
 
+import sys
+
 import weakref
 from typing import Any, Optional
 
@@ -134,11 +136,14 @@ class MoeLayer:
         w = {n: _as_tensor(weights[n], n) if weights.get(n) is not None else None for n in _WEIGHT_NAMES}
         self._layer = Layer(config, w["w1_blocks"], w["w1_scales"], w["w1_bias"], w["w2_blocks"], w["w2_scales"],
                             w["w2_bias"], backend, max_tokens, plan)
-        # The custom ops' handle, taken now: a first call inside torch.compile then reads a constant
-        # instead of tracing the handle counter (which Dynamo cannot).
+        # The custom ops' handle, and the ops themselves where torch is loaded, taken now: a first call
+        # inside torch.compile then reads a constant and finds the ops registered (Dynamo can trace
+        # neither the handle counter nor the registration).
         from . import _torch
 
         _torch.handle_for(self)
+        if "torch" in sys.modules:
+            _torch.register()
 
     @property
     def config(self) -> MoeConfig:

@@ -153,3 +153,18 @@ def test_bad_routing_is_refused_by_name(rng):
         call([[0, 1, 2, 3], [4, 5, 6, 7]])
     # The layer still works after every refusal.
     assert np.array_equal(call(), call())
+
+
+def test_first_call_inside_torch_compile(tmp_path):
+    """A layer whose first call is inside torch.compile(fullgraph=True): its custom-op handle and the
+    ops are taken when the layer is made, so Dynamo traces neither (skipped without torch)."""
+    torch = pytest.importorskip("torch")
+    cfg = mxmoe.MoeConfig.preset("tiny")
+    mxmoe.write_random_checkpoint(str(tmp_path), cfg, 1, 3)
+    config, w = mxmoe.load_gpt_oss(str(tmp_path), layer=0)
+    layer = mxmoe.MoeLayer(config, {k: torch.from_numpy(np.asarray(v)) for k, v in w.items()}, max_tokens=8)
+    x = torch.randn(5, config.hidden).to(torch.bfloat16)
+    ids = torch.tensor([[0, 1], [2, 3], [4, 5], [6, 7], [1, 0]], dtype=torch.int64)
+    p = torch.full((5, 2), 0.5)
+    compiled = torch.compile(lambda a, i, q: layer(a, topk_ids=i, topk_weights=q) * 2, fullgraph=True, backend="eager")
+    assert torch.equal(compiled(x, ids, p), layer(x, topk_ids=ids, topk_weights=p) * 2)

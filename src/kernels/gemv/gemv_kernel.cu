@@ -20,6 +20,7 @@
 #include "common/pdl_launch.cuh"
 #include "kernels/common/static_smem.hpp"
 #include "kernels/gemv/gemv.hpp"
+#include "kernels/tile_table.hpp"
 #include "kernels/gemv/cluster_combine.cuh"
 #include "kernels/gemv/gemv_block.cuh"
 #include "layout/gemv_layout.hpp"
@@ -240,17 +241,16 @@ void launch(const GemvArgs& a, int64_t tokens, int max_active, cudaStream_t stre
                   : go_cluster(gemv_kernel<false, false, kMinStages, 1, true>);
     return;
   }
-#if !defined(MXMOE_MINIMAL)
-  if (nb == 2) {
-    a.wide_scales ? go(gemv_kernel<kGemm1, true, kMinStages, 2>) : go(gemv_kernel<kGemm1, false, kMinStages, 2>);
-    return;
-  }
-  if (a.stages == kMaxStages) {
-    a.wide_scales ? go(gemv_kernel<kGemm1, true, kMaxStages, 1>) : go(gemv_kernel<kGemm1, false, kMaxStages, 1>);
-    return;
-  }
-#endif
-  a.wide_scales ? go(gemv_kernel<kGemm1, true, kMinStages, 1>) : go(gemv_kernel<kGemm1, false, kMinStages, 1>);
+  // The tile table's GEMV row of these rows and ring stages (tile_table.hpp).
+  bool launched = false;
+  kernels::for_each_row<kernels::TileFamily::Gemv>([&](auto i) {
+    constexpr const kernels::TileRow& row = kernels::kRowOf<decltype(i)>;
+    constexpr int kNb = row.rows / kNarrowRows;
+    if (launched || kNb != nb || row.stages != a.stages) return;
+    launched = true;
+    a.wide_scales ? go(gemv_kernel<kGemm1, true, row.stages, kNb>) : go(gemv_kernel<kGemm1, false, row.stages, kNb>);
+  });
+  MXMOE_REQUIRE(launched, "gemv: no tile of ", a.batch_rows, " rows and ", a.stages, " ring stages in this build");
 }
 
 }  // namespace
@@ -274,25 +274,29 @@ int max_k(size_t smem_per_block_optin, size_t static_smem) {
 }
 
 namespace {
+// f(kernel) for each kernel of the tile table's GEMV rows that this build has: both GEMMs, both
+// scale paths, and for the 8-row default ring the cluster-combine GEMM2 too.
 template <class F>
 void for_each_variant(F&& f) {
-#if !defined(MXMOE_MINIMAL)
-  f(gemv_kernel<true, false, kMaxStages, 1>);
-  f(gemv_kernel<true, true, kMaxStages, 1>);
-  f(gemv_kernel<false, false, kMaxStages, 1>);
-  f(gemv_kernel<false, true, kMaxStages, 1>);
-  f(gemv_kernel<true, false, kMinStages, 2>);
-  f(gemv_kernel<true, true, kMinStages, 2>);
-  f(gemv_kernel<false, false, kMinStages, 2>);
-  f(gemv_kernel<false, true, kMinStages, 2>);
-#endif
-  f(gemv_kernel<true, false, kMinStages, 1>);
-  f(gemv_kernel<true, true, kMinStages, 1>);
-  f(gemv_kernel<false, false, kMinStages, 1>);
-  f(gemv_kernel<false, true, kMinStages, 1>);
-  f(gemv_kernel<false, false, kMinStages, 1, true>);
-  f(gemv_kernel<false, true, kMinStages, 1, true>);
+  kernels::for_each_row<kernels::TileFamily::Gemv>([&](auto i) {
+    constexpr const kernels::TileRow& row = kernels::kRowOf<decltype(i)>;
+    constexpr int kNb = row.rows / kNarrowRows;
+    f(gemv_kernel<true, false, row.stages, kNb>);
+    f(gemv_kernel<true, true, row.stages, kNb>);
+    f(gemv_kernel<false, false, row.stages, kNb>);
+    f(gemv_kernel<false, true, row.stages, kNb>);
+    if constexpr (kNb == 1 && row.stages == kMinStages) {
+      f(gemv_kernel<false, false, kMinStages, 1, true>);
+      f(gemv_kernel<false, true, kMinStages, 1, true>);
+    }
+  });
 }
+// Each GEMV row is a kernel of this file: 8 or 16 rows, 2 or 3 ring stages (16 rows with 2 only).
+static_assert(kernels::all_rows_of<kernels::TileFamily::Gemv>([](auto i) {
+  constexpr const kernels::TileRow& row = kernels::kRowOf<decltype(i)>;
+  return (row.rows == kNarrowRows && (row.stages == kMinStages || row.stages == kMaxStages)) ||
+         (row.rows == 2 * kNarrowRows && row.stages == kMinStages);
+}));
 }  // namespace
 
 size_t static_smem_bytes() {
