@@ -34,7 +34,7 @@ struct FileDescriptor {
 std::vector<uint16_t> bf16_from(const std::string& dtype, const std::vector<uint8_t>& bytes) {
   if (dtype == "BF16") {
     std::vector<uint16_t> out(bytes.size() / 2);
-    std::memcpy(out.data(), bytes.data(), out.size() * 2);
+    if (!out.empty()) std::memcpy(out.data(), bytes.data(), out.size() * 2);  // an empty run: no pointers
     return out;
   }
   std::vector<uint16_t> out(bytes.size() / 4);
