@@ -9,6 +9,7 @@
 
 #include "mxmoe/config.hpp"
 #include "mxmoe/error.hpp"
+#include "mxmoe/runner.hpp"
 
 namespace mxmoe::test {
 
@@ -31,6 +32,15 @@ void expect_error_naming(Fn&& fn, const std::string& word) {
 }
 
 // A gpt-oss-semantics config of an explicit shape (not validated: tests also build invalid ones).
+// A runner on the CPU reference, MXMOE_BACKEND ignored.
+inline RunnerOptions reference_options(int64_t max_tokens) {
+  RunnerOptions o;
+  o.backend = Backend::Reference;
+  o.max_tokens = max_tokens;
+  o.use_env = false;
+  return o;
+}
+
 inline MoeConfig make_config(int experts, int top_k, int hidden, int intermediate) {
   MoeConfig c;
   c.num_experts = experts;

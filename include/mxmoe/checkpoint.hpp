@@ -4,8 +4,10 @@
 // are checked before anything is read, and each problem throws mxmoe::Error with its own message.
 #include <cstdint>
 #include <filesystem>
+#include <initializer_list>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -90,6 +92,13 @@ class Checkpoint {
   TensorNaming naming_ = TensorNaming::HuggingFace;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   const SafetensorsFile& file_with(const std::string& tensor) const;
+  // The tensors write_checkpoint recorded as deliberately left out (a layer without bias or router).
+  std::set<std::string> absent_tensors() const;
+  // The file holding tensor `name` once its dtype (one of `dtypes`) and shape are checked; null only
+  // for an optional tensor recorded in `absent`. load_layer and load_layer_shard read through it.
+  const SafetensorsFile* checked_tensor(const std::string& name, std::initializer_list<const char*> dtypes,
+                                        const std::vector<int64_t>& shape, bool optional,
+                                        const std::set<std::string>& absent) const;
 };
 
 // Writes a gpt-oss-format checkpoint (config.json + model.safetensors) of the given layers.

@@ -30,22 +30,6 @@ std::string dtype_list(std::initializer_list<const char*> dtypes) {
   return out;
 }
 
-std::vector<uint16_t> to_bf16(const std::string& dtype, const std::vector<uint8_t>& bytes) {
-  if (dtype == "BF16") {
-    std::vector<uint16_t> out(bytes.size() / 2);
-    std::memcpy(out.data(), bytes.data(), out.size() * 2);
-    return out;
-  }
-  // F32 (already checked): converted with the library's round-to-nearest-even.
-  std::vector<uint16_t> out(bytes.size() / 4);
-  for (size_t i = 0; i < out.size(); ++i) {
-    float x;
-    std::memcpy(&x, bytes.data() + 4 * i, 4);
-    out[i] = float_to_bf16(x);
-  }
-  return out;
-}
-
 }  // namespace
 
 Checkpoint::Checkpoint(const std::filesystem::path& dir) : dir_(dir) {
@@ -82,6 +66,32 @@ Checkpoint::Checkpoint(const std::filesystem::path& dir) : dir_(dir) {
   naming_ = has_original ? TensorNaming::Original : TensorNaming::HuggingFace;
 }
 
+std::set<std::string> Checkpoint::absent_tensors() const {
+  std::set<std::string> absent;
+  for (const auto& file : files_) {
+    const auto names = cd::parse_absent(file->metadata());
+    absent.insert(names.begin(), names.end());
+  }
+  return absent;
+}
+
+const SafetensorsFile* Checkpoint::checked_tensor(const std::string& name, std::initializer_list<const char*> dtypes,
+                                                  const std::vector<int64_t>& shape, bool optional,
+                                                  const std::set<std::string>& absent) const {
+  bool present = false;
+  for (const auto& file : files_) present = present || file->contains(name);
+  if (!present && optional && absent.count(name)) return nullptr;
+  const SafetensorsFile& file = file_with(name);
+  const TensorInfo& info = file.info(name);
+  const std::string in = where(dir_) + "tensor '" + name + "' in '" + file.path().filename().string() + "': ";
+  MXMOE_REQUIRE(std::find(dtypes.begin(), dtypes.end(), info.dtype) != dtypes.end(), in, "dtype ", info.dtype,
+                ", expected ", dtype_list(dtypes));
+  const MoeConfig& m = config_.moe;
+  MXMOE_REQUIRE(info.shape == shape, in, "shape ", cd::shape_string(info.shape), ", expected ", cd::shape_string(shape),
+                " (E=", m.num_experts, ", H=", m.hidden, ", I=", m.intermediate, ")");
+  return &file;
+}
+
 const SafetensorsFile& Checkpoint::file_with(const std::string& tensor) const {
   for (const auto& file : files_)
     if (file->contains(tensor)) return *file;
@@ -95,37 +105,13 @@ MoeLayerData Checkpoint::load_layer(int layer) const {
   const LayerTensorNames names = layer_tensor_names(naming_, layer);
   const int64_t E = config_.moe.num_experts, H = config_.moe.hidden, I = config_.moe.intermediate;
 
-  // Tensors that write_checkpoint recorded as deliberately left out (a layer without bias or router).
-  std::set<std::string> absent;
-  for (const auto& file : files_) {
-    const auto names_absent = cd::parse_absent(file->metadata());
-    absent.insert(names_absent.begin(), names_absent.end());
-  }
-
-  // Returns the tensor's bytes after checking dtype and shape; nullopt only for an optional tensor
-  // that the writer recorded as absent.
-  auto load = [&](const std::string& name, std::initializer_list<const char*> dtypes, std::vector<int64_t> shape,
-                  bool optional, std::string* dtype_out) -> std::optional<std::vector<uint8_t>> {
-    bool present = false;
-    for (const auto& file : files_) present = present || file->contains(name);
-    if (!present && optional && absent.count(name)) return std::nullopt;
-    const SafetensorsFile& file = file_with(name);
-    const TensorInfo& info = file.info(name);
-    const std::string in = where(dir_) + "tensor '" + name + "' in '" + file.path().filename().string() + "': ";
-    MXMOE_REQUIRE(std::find(dtypes.begin(), dtypes.end(), info.dtype) != dtypes.end(), in, "dtype ", info.dtype,
-                  ", expected ", dtype_list(dtypes));
-    MXMOE_REQUIRE(info.shape == shape, in, "shape ", cd::shape_string(info.shape), ", expected ",
-                  cd::shape_string(shape), " (E=", E, ", H=", H, ", I=", I, ")");
-    if (dtype_out) *dtype_out = info.dtype;
-    return file.read(name);
+  const std::set<std::string> absent = absent_tensors();
+  auto load_u8 = [&](const std::string& name, const std::vector<int64_t>& shape) {
+    return checked_tensor(name, {"U8"}, shape, false, absent)->read(name);
   };
-  auto load_u8 = [&](const std::string& name, std::vector<int64_t> shape) {
-    return std::move(*load(name, {"U8"}, std::move(shape), false, nullptr));
-  };
-  auto load_bf16 = [&](const std::string& name, std::vector<int64_t> shape) {
-    std::string dtype;
-    auto bytes = load(name, {"BF16", "F32"}, std::move(shape), true, &dtype);
-    return bytes ? to_bf16(dtype, *bytes) : std::vector<uint16_t>{};
+  auto load_bf16 = [&](const std::string& name, const std::vector<int64_t>& shape) {
+    const SafetensorsFile* file = checked_tensor(name, {"BF16", "F32"}, shape, true, absent);
+    return file == nullptr ? std::vector<uint16_t>{} : cd::bf16_values(file->info(name).dtype, file->read(name));
   };
 
   MoeLayerData data;

@@ -2,11 +2,15 @@
 // safetensors dtype names, element sizes and shape arithmetic, shared by the reader and the writer.
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "mxmoe/formats.hpp"
 
 namespace mxmoe::checkpoint_detail {
 
@@ -52,6 +56,22 @@ inline std::string shape_string(std::span<const int64_t> shape) {
   std::string out = "[";
   for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
   return out + "]";
+}
+
+// A BF16 or F32 tensor's bytes (the caller checked which) as bf16 bits; F32 rounds to nearest even.
+inline std::vector<uint16_t> bf16_values(std::string_view dtype, const std::vector<uint8_t>& bytes) {
+  if (dtype == "BF16") {
+    std::vector<uint16_t> out(bytes.size() / 2);
+    if (!out.empty()) std::memcpy(out.data(), bytes.data(), out.size() * 2);  // no pointers to an empty run
+    return out;
+  }
+  std::vector<uint16_t> out(bytes.size() / 4);
+  for (size_t i = 0; i < out.size(); ++i) {
+    float x;
+    std::memcpy(&x, bytes.data() + 4 * i, 4);
+    out[i] = float_to_bf16(x);
+  }
+  return out;
 }
 
 }  // namespace mxmoe::checkpoint_detail

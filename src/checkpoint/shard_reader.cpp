@@ -12,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/checkpoint_absent.hpp"
 #include "checkpoint/safetensors_dtype.hpp"
 #include "mxmoe/checkpoint.hpp"
 #include "mxmoe/error.hpp"
@@ -30,21 +29,6 @@ struct FileDescriptor {
     if (fd >= 0) ::close(fd);
   }
 };
-
-std::vector<uint16_t> bf16_from(const std::string& dtype, const std::vector<uint8_t>& bytes) {
-  if (dtype == "BF16") {
-    std::vector<uint16_t> out(bytes.size() / 2);
-    if (!out.empty()) std::memcpy(out.data(), bytes.data(), out.size() * 2);  // an empty run: no pointers
-    return out;
-  }
-  std::vector<uint16_t> out(bytes.size() / 4);
-  for (size_t i = 0; i < out.size(); ++i) {
-    float x;
-    std::memcpy(&x, bytes.data() + 4 * i, 4);
-    out[i] = float_to_bf16(x);
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -86,41 +70,20 @@ MoeLayerData Checkpoint::load_layer_shard(int layer, const ShardSpec& spec) cons
   const LayerTensorNames names = layer_tensor_names(naming_, layer);
   const int64_t E = config_.moe.num_experts, H = config_.moe.hidden, I = config_.moe.intermediate;
 
-  std::set<std::string> absent;
-  for (const auto& file : files_) {
-    const auto names_absent = cd::parse_absent(file->metadata());
-    absent.insert(names_absent.begin(), names_absent.end());
-  }
-  // The tensor's file after checking dtype and shape (as load_layer does); null for an optional tensor
-  // the writer recorded as absent.
-  auto checked = [&](const std::string& name, std::initializer_list<const char*> dtypes,
-                     const std::vector<int64_t>& shape, bool optional) -> const SafetensorsFile* {
-    bool present = false;
-    for (const auto& file : files_) present = present || file->contains(name);
-    if (!present && optional && absent.count(name)) return nullptr;
-    const SafetensorsFile& file = file_with(name);
-    const TensorInfo& info = file.info(name);
-    const std::string in = where + "tensor '" + name + "' in '" + file.path().filename().string() + "': ";
-    MXMOE_REQUIRE(std::find_if(dtypes.begin(), dtypes.end(), [&](const char* d) { return info.dtype == d; }) !=
-                      dtypes.end(),
-                  in, "dtype ", info.dtype, " is not expected here");
-    MXMOE_REQUIRE(info.shape == shape, in, "shape ", cd::shape_string(info.shape), ", expected ",
-                  cd::shape_string(shape), " (E=", E, ", H=", H, ", I=", I, ")");
-    return &file;
-  };
+  const std::set<std::string> absent = absent_tensors();
   auto load_u8 = [&](const std::string& name, const std::vector<int64_t>& shape, ShardTensor which) {
-    const SafetensorsFile* file = checked(name, {"U8"}, shape, false);
+    const SafetensorsFile* file = checked_tensor(name, {"U8"}, shape, false, absent);
     return file->read_runs(name, shard_byte_runs(shard, which, 1));
   };
   auto load_bias = [&](const std::string& name, const std::vector<int64_t>& shape, ShardTensor which) {
-    const SafetensorsFile* file = checked(name, {"BF16", "F32"}, shape, true);
+    const SafetensorsFile* file = checked_tensor(name, {"BF16", "F32"}, shape, true, absent);
     if (file == nullptr) return std::vector<uint16_t>{};
     const std::string& dtype = file->info(name).dtype;
-    return bf16_from(dtype, file->read_runs(name, shard_byte_runs(shard, which, dtype == "BF16" ? 2 : 4)));
+    return cd::bf16_values(dtype, file->read_runs(name, shard_byte_runs(shard, which, dtype == "BF16" ? 2 : 4)));
   };
   auto load_router = [&](const std::string& name, const std::vector<int64_t>& shape) {
-    const SafetensorsFile* file = checked(name, {"BF16", "F32"}, shape, true);
-    return file == nullptr ? std::vector<uint16_t>{} : bf16_from(file->info(name).dtype, file->read(name));
+    const SafetensorsFile* file = checked_tensor(name, {"BF16", "F32"}, shape, true, absent);
+    return file == nullptr ? std::vector<uint16_t>{} : cd::bf16_values(file->info(name).dtype, file->read(name));
   };
 
   MoeLayerData data;

@@ -15,6 +15,7 @@
 #include "mxmoe/config.hpp"
 #include "mxmoe/error.hpp"
 #include "plan/planner.hpp"
+#include "planner_test_support.hpp"
 #include "test_support.hpp"
 
 namespace mxmoe::plan {
@@ -26,15 +27,6 @@ std::vector<int64_t> all_token_counts() {
   for (int64_t t = 131; t <= 65536; t = t * 9 / 8 + 7) out.push_back(t);
   out.push_back(1000), out.push_back(4096), out.push_back(65536);
   return out;
-}
-
-PlannerInput input_for(const std::string& target, const MoeConfig& config, Backend backend = Backend::Auto) {
-  PlannerInput in;
-  in.caps = target_caps(target);
-  in.fits = fits_for_caps(in.caps);
-  in.config = config;
-  in.backend = backend;
-  return in;
 }
 
 std::vector<MoeConfig> shapes() {

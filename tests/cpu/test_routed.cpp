@@ -18,14 +18,6 @@
 namespace mxmoe::test {
 namespace {
 
-RunnerOptions reference_options(int64_t max_tokens) {
-  RunnerOptions o;
-  o.backend = Backend::Reference;
-  o.max_tokens = max_tokens;
-  o.use_env = false;
-  return o;
-}
-
 struct Inputs {
   std::vector<uint16_t> hidden;
   std::vector<float> logits;

@@ -16,14 +16,6 @@
 namespace mxmoe::test {
 namespace {
 
-RunnerOptions reference_options(int64_t max_tokens) {
-  RunnerOptions o;
-  o.backend = Backend::Reference;
-  o.max_tokens = max_tokens;
-  o.use_env = false;
-  return o;
-}
-
 TEST(Runner, ReferenceBackendMatchesReferenceMoe) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));

@@ -19,6 +19,7 @@
 #include "mxmoe/plan_override.hpp"
 #include "plan/planner.hpp"
 #include "plan/tile_rows.hpp"
+#include "planner_test_support.hpp"
 #include "test_support.hpp"
 
 namespace mxmoe::plan {
@@ -33,15 +34,6 @@ std::string target_for(const TileRow& r) { return (r.archs & kernels::kArchSm90a
 
 std::vector<MoeConfig> shapes() {
   return {MoeConfig::preset("gpt-oss-20b"), MoeConfig::preset("gpt-oss-120b"), test::make_config(7, 3, 96, 160)};
-}
-
-PlannerInput input_for(const std::string& target, const MoeConfig& config, Backend backend) {
-  PlannerInput in;
-  in.caps = target_caps(target);
-  in.fits = fits_for_caps(in.caps);
-  in.config = config;
-  in.backend = backend;
-  return in;
 }
 
 bool is_tensor_core(TileFamily f) { return f == TileFamily::Mma || f == TileFamily::Swap || f == TileFamily::Wgmma; }
