@@ -9,6 +9,9 @@ namespace mxmoe {
 // Limits every backend supports (the routing kernels size their registers and shared memory by them).
 inline constexpr int kMaxExperts = 256;
 inline constexpr int kMaxTopk = 8;
+// A routed pair's expert id that drops the pair (forward_routed: it adds nothing; vLLM's convention for
+// an expert on another rank under expert parallelism).
+inline constexpr int kDroppedPairId = -1;
 inline constexpr int kMaxDim = 65536;  // hidden and intermediate
 
 enum class RoutingOrder {

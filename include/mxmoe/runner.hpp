@@ -93,8 +93,9 @@ class MoeRunner {
   // in place of the logits, k = config().top_k. Slot s of a token is summed in slot order as the
   // logits route's slot s is, and the weights are used as given: no softmax, no renormalisation. Given
   // the ids and weights the logits route computes, the output has forward()'s bits on every backend.
-  // A token's k ids must be distinct experts in [0, E), and weights finite and >= 0 (top-k
-  // probabilities). The reference backend checks both (an Error naming topk_ids or topk_weights); a
+  // A token's k ids must be distinct experts in [0, E) or kDroppedPairId (-1: the pair is dropped and
+  // adds nothing, as vLLM marks another rank's expert; a token with every pair dropped gets zeros), and
+  // weights finite and >= 0 (top-k probabilities; a dropped pair's is not read). The reference backend checks both (an Error naming topk_ids or topk_weights); a
   // GPU backend checks pointers, alignment and sizes on the host but cannot read the ids there (forward
   // reads no device memory on the host), so on the device a token whose ids are not k distinct experts in
   // range gets a NaN output row (never an out-of-bounds access; common/routed_pairs.cuh), and weights

@@ -5,10 +5,11 @@
 // (CUDA-graph capturable, as NCCL collectives are); without one, the caller sums (as engines that reduce
 // the MoE output themselves do). The partials are bf16 by default (the sum rounds twice), or fp32.
 //
-// Expert-parallel runs today through the ordinary kernels by routing every pair of another rank's expert
-// to one of k all-zero experts appended to the rank's own, with weight 0 (an exact zero added): correct,
-// but those pairs still cost their GEMM work, so EP is not yet faster than one GPU. Dropping the pairs
-// in the route (common/routed_pairs.cuh) is the next step (docs/multi-gpu.md).
+// Expert-parallel ranks run their own experts only: each token's pairs of other ranks' experts are
+// dropped in the route (kDroppedPairId), so a rank's work is its share of the pairs. forward_data_parallel
+// serves ranks that hold different tokens (data-parallel attention): all-gather, the partial over every
+// rank's tokens, reduce-scatter. On the reference backend (host pointers) a shard computes its partial
+// on the CPU, without a communicator: sharding is testable without a GPU.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -64,6 +65,8 @@ class ShardedMoe {
   bool reduces() const { return comm_ != nullptr; }
   bool fp32_partials() const { return fp32_partials_; }
   int64_t max_tokens() const { return runner_->max_tokens(); }
+  // The runner's, plus (expert-parallel) the local routing and (with a communicator) the fp32 sum and
+  // forward_data_parallel's gathered inputs and partial, all for max_tokens; 0 on the reference backend.
   size_t workspace_bytes() const;
 
   // hidden [T, H] bf16 (the same on every rank), router_logits [T, E] fp32 of the whole layer's E
@@ -100,6 +103,21 @@ class ShardedMoe {
   // The sum of the ranks' bf16 partials in out [T, H] bf16, in place (needs a communicator).
   void all_reduce(uint16_t* out, int64_t tokens, cudaStream_t stream = nullptr) const;
 
+  // Data-parallel tokens (each rank its own T tokens; every rank the same T, padded by the caller, as
+  // engines pad to the largest rank's batch): the ranks' hidden and routing all-gathered (rank order),
+  // this rank's partial over all world_size x T tokens, and a reduce-scatter that sums the partials and
+  // leaves each rank its own tokens' output in out [T, H]. The scheme vLLM uses for expert parallelism;
+  // it serves a tensor-parallel shard too. Needs a communicator and world_size x T <= max_tokens. One
+  // thread (or process) per rank, as forward(): NCCL collectives with a compute step between them.
+  void forward_data_parallel(const uint16_t* hidden, const float* router_logits, int64_t tokens, uint16_t* out,
+                             void* workspace, size_t workspace_size, cudaStream_t stream = nullptr) const;
+  void forward_data_parallel(const uint16_t* hidden, const int32_t* topk_ids, const float* topk_weights,
+                             int64_t tokens, uint16_t* out, void* workspace, size_t workspace_size,
+                             cudaStream_t stream = nullptr) const;
+  void forward_data_parallel(const uint16_t* hidden, const int64_t* topk_ids, const float* topk_weights,
+                             int64_t tokens, uint16_t* out, void* workspace, size_t workspace_size,
+                             cudaStream_t stream = nullptr) const;
+
  private:
   // What a forward is routed by: the logits of the whole layer, or its ids and weights.
   struct Inputs {
@@ -110,10 +128,22 @@ class ShardedMoe {
     const float* weights;
     int64_t tokens;
   };
+  // Byte offsets of the workspace's parts (sized for max_tokens); `gather` parts only with a communicator.
+  struct Layout {
+    size_t runner = 0, local_ids = 0, local_weights = 0, sum_f32 = 0, gather_hidden = 0, gather_route = 0,
+           gather_weights = 0, gather_partial = 0, total = 0;
+  };
+  Layout layout() const;
   // The partial into out (bf16) or out_f32, then (reduce, with a communicator) the sum over the ranks.
   // finish: also round the fp32 sum into out (with fp32 partials; after the collective has been issued).
   void run(const Inputs& in, uint16_t* out, float* out_f32, void* workspace, size_t workspace_size,
            cudaStream_t stream, bool reduce, bool finish = true) const;
+  // The reference backend's partial (host pointers), its expert-parallel routing done on the host.
+  void run_on_host(const Inputs& in, uint16_t* out) const;
+  void run_data_parallel(const Inputs& in, uint16_t* out, void* workspace, size_t workspace_size,
+                         cudaStream_t stream) const;
+  // The checks every forward shares; false: nothing to run (T = 0).
+  bool check_run(const Inputs& in, const void* out, void* workspace, size_t workspace_size) const;
   // The fp32 sum (in the workspace) rounded into out.
   void finish_f32(uint16_t* out, int64_t tokens, void* workspace, cudaStream_t stream) const;
   float* sum_f32(void* workspace) const;

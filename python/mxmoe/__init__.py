@@ -17,8 +17,14 @@ the bf16 bit patterns as uint16.
                           w2_blocks, w2_scales, w2_bias, top_k=4)
     out = mxmoe.fused_experts(hidden, w1_blocks, w1_scales, w1_bias, w2_blocks, w2_scales, w2_bias,
                               topk_weights, topk_ids)
+
+    # Several GPUs (docs/multi-gpu.md): rank r of W, summed over a torch.distributed group.
+    spec = mxmoe.ShardSpec("tp", rank=r, world_size=W)     # or "ep"
+    config, part = mxmoe.load_gpt_oss("/models/gpt-oss-120b", layer=0, shard=spec)  # only r's bytes
+    layer = mxmoe.MoeLayer(config, part, shard=spec, group=True)
+    out = layer(hidden, router_logits)          # the layer's output on every rank
 """
-from ._mxmoe import Error, MoeConfig, backend_names, load_gpt_oss, write_random_checkpoint
+from ._mxmoe import Error, MoeConfig, ShardSpec, backend_names, load_gpt_oss, write_random_checkpoint
 from ._layer import MoeLayer, fused_experts, fused_moe
 
 __version__: str  # the installed version (module __getattr__ below)
@@ -27,6 +33,7 @@ __all__ = [
     "Error",
     "MoeConfig",
     "MoeLayer",
+    "ShardSpec",
     "__version__",
     "backend_names",
     "fused_experts",

@@ -124,18 +124,41 @@ class MoeLayer:
     bfloat16 tensors may be torch or JAX bfloat16, ml_dtypes.bfloat16 NumPy arrays, or the bf16 bit
     patterns as uint16 (NumPy, CuPy). Any other dtype, a non-contiguous tensor, a tensor on the wrong
     device, or a read-only `out` raises mxmoe.Error naming the argument.
+
+    Several ranks (docs/multi-gpu.md): shard=mxmoe.ShardSpec("tp" or "ep", rank, world_size) makes the
+    rank's shard, from `weights` that are the whole layer (sliced here) or already the rank's part
+    (mxmoe.load_gpt_oss(path, layer, shard=spec) reads only its bytes), told apart by their shapes. A call
+    then returns the rank's partial output (the ranks' partials sum to the layer's output); with group
+    (a torch.distributed ProcessGroup, or True for the default group, of world_size ranks in which this
+    process is `rank`) it all-reduces the partial (torch tensors, on the current stream) and returns the
+    layer's output on every rank (tokens replicated: the layout after tensor-parallel attention).
+    fp32_partials: the partial as fp32 sums (logits only), summed over the group in fp32 and rounded
+    once to bf16; without a group a call returns the fp32 partial. forward_dp: expert-parallel over
+    data-parallel tokens.
     """
 
     def __init__(self, config: MoeConfig | str, weights: dict, *, backend: str = "auto",
-                 max_tokens: int = 4096, plan: str | None = None) -> None:
+                 max_tokens: int = 4096, plan: str | None = None, shard: Any = None, group: Any = None,
+                 fp32_partials: bool = False) -> None:
         if isinstance(config, str):
             config = MoeConfig.preset(config)
         missing = [n for n in ("w1_blocks", "w1_scales", "w2_blocks", "w2_scales") if n not in weights]
         if missing:
             raise Error(f"weights: missing {', '.join(missing)}")
         w = {n: _as_tensor(weights[n], n) if weights.get(n) is not None else None for n in _WEIGHT_NAMES}
-        self._layer = Layer(config, w["w1_blocks"], w["w1_scales"], w["w1_bias"], w["w2_blocks"], w["w2_scales"],
-                            w["w2_bias"], backend, max_tokens, plan)
+        from . import _shard
+
+        if fp32_partials and shard is None:
+            raise Error("fp32_partials: only a sharded layer has partials; pass shard=mxmoe.ShardSpec(...) too")
+        _shard.check_spec(shard)
+        self._group = _shard.resolve_group(group, shard)  # checked before the weights are prepared
+        self._fp32_partials = bool(fp32_partials)
+        self._sharded = shard is not None
+        if shard is None:
+            self._layer = Layer(config, w["w1_blocks"], w["w1_scales"], w["w1_bias"], w["w2_blocks"],
+                                w["w2_scales"], w["w2_bias"], backend, max_tokens, plan)
+        else:
+            self._layer = _shard.make_layer(config, w, shard, backend, max_tokens, plan)
         # The custom ops' handle, and the ops themselves where torch is loaded, taken now: a first call
         # inside torch.compile then reads a constant and finds the ops registered (Dynamo can trace
         # neither the handle counter nor the registration).
@@ -162,6 +185,26 @@ class MoeLayer:
         """The kernels and tiles a call with `tokens` tokens runs."""
         return self._layer.describe_plan(tokens)
 
+    @property
+    def shard(self) -> Any:
+        """The layer's mxmoe.ShardSpec, or None for a whole layer."""
+        return getattr(self._layer, "shard", None)
+
+    @property
+    def local_config(self) -> MoeConfig:
+        """The rank's part as a layer: tensor-parallel, intermediate = its slice; expert-parallel,
+        num_experts = its experts (the config itself for a whole layer)."""
+        return getattr(self._layer, "local_config", self._layer.config)
+
+    @property
+    def group(self) -> Any:
+        """The torch.distributed group a call sums over, or None."""
+        return self._group
+
+    @property
+    def fp32_partials(self) -> bool:
+        return self._fp32_partials
+
     def __call__(self, hidden: Any, router_logits: Any = None, out: Optional[Any] = None, *,
                  topk_ids: Any = None, topk_weights: Any = None, stream: Optional[int] = None) -> Any:
         """out [T, H] bfloat16 = the MoE block of hidden [T, H] bfloat16, routed by router_logits [T, E]
@@ -172,12 +215,34 @@ class MoeLayer:
         ids outside [0, E), an expert twice in a token, or a negative or non-finite weight raise
         mxmoe.Error naming topk_ids or topk_weights; on a GPU the ids are not read on the host (the call
         is CUDA-graph safe), and a token whose ids are not k distinct experts in range gets a NaN row.
+        A sharded layer returns the rank's partial (fp32 with fp32_partials), or with a group the sum
+        over the ranks (see the class).
 
         Runs on `stream` (a cudaStream_t as an int), by default the framework's current stream (torch,
         CuPy; the legacy stream otherwise). Torch tensors without `out` go through the custom ops
         torch.ops.mxmoe.moe_forward / moe_forward_routed (torch.compile). JAX arrays are read in place;
         without `out`, CPU JAX inputs give a new JAX array, and CUDA JAX inputs need a writable CUDA `out`."""
         routing = _routing_args(router_logits, topk_ids, topk_weights)
+        if self._sharded:
+            from . import _shard
+
+            return _shard.call(self, hidden, routing, out, stream)
+        return self._single_call(hidden, routing, out, stream)
+
+    def forward_dp(self, hidden: Any, router_logits: Any = None, out: Optional[Any] = None, *,
+                   topk_ids: Any = None, topk_weights: Any = None, stream: Optional[int] = None) -> Any:
+        """Expert-parallel with data-parallel tokens (a layer with shard=ShardSpec("ep", ...) and group;
+        a tensor-parallel shard works too): each rank passes its own tokens, hidden [T, H] torch.bfloat16 with router_logits [T, E] (or
+        topk_ids and topk_weights [T, k]); the ranks' tokens and routing are all-gathered, the rank's
+        experts run over all world_size x T of them (max_tokens must allow that), and the partials are
+        reduce-scattered (summed): out [T, H] is the layer's output for this rank's own tokens. Every
+        rank must pass the same T (the collectives assume it and cannot check it) and call together."""
+        from . import _shard
+
+        return _shard.forward_dp(self, hidden, _routing_args(router_logits, topk_ids, topk_weights), out, stream)
+
+    def _single_call(self, hidden: Any, routing: tuple, out: Optional[Any], stream: Optional[int]) -> Any:
+        """The layer's own output (a whole layer) or its partial (a shard), with nothing summed."""
         if out is None and stream is None and _framework(hidden) == "torch":
             from . import _torch
 
@@ -190,7 +255,7 @@ class MoeLayer:
         self._forward_into(hidden, routing, out, stream)
         return out
 
-    def _forward_into(self, hidden: Any, routing: tuple, out: Any, stream: Optional[int]) -> None:
+    def _forward_into(self, hidden: Any, routing: tuple, out: Any, stream: Optional[int], f32: bool = False) -> None:
         names = ("router_logits",) if len(routing) == 1 else ("topk_ids", "topk_weights")
         args = [_as_tensor(hidden, "hidden")] + [_as_tensor(t, n) for t, n in zip(routing, names)]
         args.append(_as_tensor(out, "out", writable=True))
@@ -201,6 +266,8 @@ class MoeLayer:
                 if _framework(t) == "jax":
                     t.block_until_ready()
         forward = self._layer.forward if len(routing) == 1 else self._layer.forward_routed
+        if f32:  # a shard's fp32 partial (logits only)
+            forward = self._layer.forward_f32
         try:
             forward(*args, _current_stream(hidden) if stream is None else stream)
         except TypeError as e:  # a tensor the extension's DLPack import refused

@@ -1,5 +1,7 @@
 // The `mxmoe._mxmoe` extension (nanobind): the C++ library's runner over DLPack tensors, the probe,
-// configs and the checkpoint reader. Thin on purpose: python/mxmoe/ holds the Python API.
+// configs and the checkpoint reader. Thin on purpose: python/mxmoe/ holds the Python API. The checks of
+// tensors at the boundary are in tensor_args.hpp, a rank's shard of a layer in sharded_layer.hpp (headers:
+// the extension is one translation unit).
 #include <cuda_runtime.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
@@ -17,111 +19,14 @@
 #include "common/cuda_check.hpp"
 #include "common/device_buffer.hpp"
 #include "mxmoe/mxmoe.hpp"
+#include "sharded_layer.hpp"
+#include "tensor_args.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
 
 namespace mxmoe::python {
 namespace {
-
-// Any layout is accepted at the boundary (no implicit copies: a copied `out` would never be written
-// back), then checked: every tensor must be C-contiguous. Inputs may be read-only (InArray); `out`
-// must be writable (Array).
-using Array = nb::ndarray<>;
-using InArray = nb::ndarray<nb::ro>;
-
-// What to pass for a bf16 tensor, in every dtype error that asks for one.
-constexpr const char* kBf16 =
-    "bfloat16 (a torch or JAX bfloat16 tensor, an ml_dtypes.bfloat16 NumPy array, or the bf16 bit patterns as "
-    "uint16, e.g. from NumPy or CuPy)";
-
-template <class A>
-void require_contiguous(const A& a, const char* name) {
-  if (a.size() == 0) return;  // no elements: any strides describe it
-  // An output is written in place: a contiguous copy of it would never be read back.
-  const char* hint = std::string_view(name) == "out"
-                         ? "pass a contiguous output tensor (or leave out=None)"
-                         : "pass a contiguous one (e.g. tensor.contiguous(), numpy.ascontiguousarray)";
-  int64_t expected = 1;
-  for (size_t i = a.ndim(); i-- > 0;) {
-    MXMOE_REQUIRE(a.shape(i) <= 1 || a.stride(i) == expected, name, ": must be C-contiguous (dense, row-major); ",
-                  hint);
-    expected *= static_cast<int64_t>(a.shape(i));
-  }
-}
-
-template <class A>
-std::string dtype_text(const A& a) {
-  const auto d = a.dtype();
-  std::string kind;
-  switch (static_cast<nb::dlpack::dtype_code>(d.code)) {
-    case nb::dlpack::dtype_code::Int: kind = "int"; break;
-    case nb::dlpack::dtype_code::UInt: kind = "uint"; break;
-    case nb::dlpack::dtype_code::Float: kind = "float"; break;
-    case nb::dlpack::dtype_code::Bfloat: kind = "bfloat"; break;
-    case nb::dlpack::dtype_code::Complex: kind = "complex"; break;
-    case nb::dlpack::dtype_code::Bool: return "bool";
-    default: return "DLPack dtype code " + std::to_string(d.code) + " (" + std::to_string(d.bits) + " bits)";
-  }
-  return kind + std::to_string(d.bits) + (d.lanes > 1 ? "x" + std::to_string(d.lanes) : "");
-}
-
-template <class A>
-bool has_dtype(const A& a, nb::dlpack::dtype_code code, int bits) {
-  const auto d = a.dtype();
-  return d.bits == bits && d.lanes == 1 && d.code == static_cast<uint8_t>(code);
-}
-// 2-byte elements that carry bf16 bits: bfloat16 itself, or raw 16-bit integers.
-template <class A>
-bool is_bf16_like(const A& a) {
-  return has_dtype(a, nb::dlpack::dtype_code::Bfloat, 16) || has_dtype(a, nb::dlpack::dtype_code::UInt, 16) ||
-         has_dtype(a, nb::dlpack::dtype_code::Int, 16);
-}
-template <class A>
-void require_dtype(bool ok, const A& a, const char* name, const char* expected) {
-  MXMOE_REQUIRE(ok, name, ": expected ", expected, ", got ", dtype_text(a));
-}
-
-template <class A>
-std::string shape_text(const A& a) {
-  std::string s = "[";
-  for (size_t i = 0; i < a.ndim(); ++i) s += (i ? ", " : "") + std::to_string(a.shape(i));
-  return s + "]";
-}
-
-template <class A>
-void require_shape(const A& a, const char* name, std::initializer_list<int64_t> want) {
-  bool ok = a.ndim() == want.size();
-  size_t i = 0;
-  for (const int64_t w : want) ok = ok && static_cast<int64_t>(a.shape(i++)) == w;
-  std::string expected = "[";
-  i = 0;
-  for (const int64_t w : want) expected += (i++ ? ", " : "") + std::to_string(w);
-  MXMOE_REQUIRE(ok, name, ": expected shape ", expected, "], got ", shape_text(a));
-  require_contiguous(a, name);
-}
-
-// A weight tensor's bytes on the host (copied from the GPU when it lives there).
-std::vector<uint8_t> host_bytes(const InArray& a, const char* name) {
-  const size_t bytes = a.nbytes();
-  std::vector<uint8_t> out(bytes);
-  if (bytes == 0) return out;
-  if (a.device_type() == nb::device::cpu::value) {
-    std::memcpy(out.data(), a.data(), bytes);
-  } else {
-    MXMOE_REQUIRE(a.device_type() == nb::device::cuda::value, name,
-                  ": expected a CPU or CUDA tensor, got DLPack device type ", a.device_type());
-    MXMOE_CUDA_CHECK(cudaMemcpy(out.data(), a.data(), bytes, cudaMemcpyDeviceToHost));
-  }
-  return out;
-}
-
-template <class T>
-std::vector<T> as_vector(const std::vector<uint8_t>& bytes) {
-  std::vector<T> v(bytes.size() / sizeof(T));
-  if (!v.empty()) std::memcpy(v.data(), bytes.data(), v.size() * sizeof(T));
-  return v;
-}
 
 // One MoE layer: the runner (which uploads or copies the weights) and, for a GPU
 // backend, its workspace, sized once for max_tokens so that forward allocates nothing (graph-safe).
@@ -134,33 +39,9 @@ class Layer {
         int64_t max_tokens, const std::optional<std::string>& plan)
       : config_(config) {
     config_.validate();
-    const int64_t e = config.num_experts, h = config.hidden, i = config.intermediate;
     // The host copy lives only as long as the constructor: every backend keeps its own (the GPU ones
     // uploaded, the CPU reference copied).
-    MoeLayerData data;
-    const auto u8 = [](const InArray& a) { return has_dtype(a, nb::dlpack::dtype_code::UInt, 8); };
-    require_dtype(u8(w1_blocks), w1_blocks, "w1_blocks", "uint8 (two e2m1 codes per byte)");
-    require_shape(w1_blocks, "w1_blocks", {e, 2 * i, h / 32, 16});
-    require_dtype(u8(w1_scales), w1_scales, "w1_scales", "uint8 (e8m0)");
-    require_shape(w1_scales, "w1_scales", {e, 2 * i, h / 32});
-    require_dtype(u8(w2_blocks), w2_blocks, "w2_blocks", "uint8 (two e2m1 codes per byte)");
-    require_shape(w2_blocks, "w2_blocks", {e, h, i / 32, 16});
-    require_dtype(u8(w2_scales), w2_scales, "w2_scales", "uint8 (e8m0)");
-    require_shape(w2_scales, "w2_scales", {e, h, i / 32});
-    data.w1_blocks = host_bytes(w1_blocks, "w1_blocks");
-    data.w1_scales = host_bytes(w1_scales, "w1_scales");
-    data.w2_blocks = host_bytes(w2_blocks, "w2_blocks");
-    data.w2_scales = host_bytes(w2_scales, "w2_scales");
-    if (w1_bias) {
-      require_dtype(is_bf16_like(*w1_bias), *w1_bias, "w1_bias", kBf16);
-      require_shape(*w1_bias, "w1_bias", {e, 2 * i});
-      data.w1_bias = as_vector<uint16_t>(host_bytes(*w1_bias, "w1_bias"));
-    }
-    if (w2_bias) {
-      require_dtype(is_bf16_like(*w2_bias), *w2_bias, "w2_bias", kBf16);
-      require_shape(*w2_bias, "w2_bias", {e, h});
-      data.w2_bias = as_vector<uint16_t>(host_bytes(*w2_bias, "w2_bias"));
-    }
+    const MoeLayerData data = read_layer(config_, w1_blocks, w1_scales, w1_bias, w2_blocks, w2_scales, w2_bias);
     MXMOE_REQUIRE(max_tokens >= 1, "max_tokens: must be >= 1, got ", max_tokens);
     RunnerOptions options;
     options.backend = parse_backend(backend);
@@ -174,10 +55,8 @@ class Layer {
   // hidden [T, H] bf16, router_logits [T, E] fp32, out [T, H] bf16: all on the CPU (reference
   // backend) or all on the runner's GPU. stream: a cudaStream_t as an integer (0: the legacy stream).
   void forward(const InArray& hidden, const InArray& logits, Array& out, uintptr_t stream) {
-    const int64_t tokens = check_hidden_and_out(hidden, out);
-    require_dtype(has_dtype(logits, nb::dlpack::dtype_code::Float, 32), logits, "router_logits", "float32");
-    require_shape(logits, "router_logits", {tokens, config_.num_experts});
-    require_device(logits, "router_logits");
+    const int64_t tokens = check_hidden_and_out(*runner_, config_.hidden, hidden, out);
+    check_logits(*runner_, config_, logits, tokens);
     const auto* h = static_cast<const uint16_t*>(hidden.data());
     const auto* l = static_cast<const float*>(logits.data());
     auto* o = static_cast<uint16_t*>(out.data());
@@ -189,15 +68,8 @@ class Layer {
   // the GPU too: no conversion, no host read) and topk_weights [T, k] float32, used as given.
   void forward_routed(const InArray& hidden, const InArray& ids, const InArray& weights, Array& out,
                       uintptr_t stream) {
-    const int64_t tokens = check_hidden_and_out(hidden, out);
-    const bool ids32 = has_dtype(ids, nb::dlpack::dtype_code::Int, 32);
-    const bool ids64 = has_dtype(ids, nb::dlpack::dtype_code::Int, 64);
-    require_dtype(ids32 || ids64, ids, "topk_ids", "int32 or int64");
-    require_shape(ids, "topk_ids", {tokens, config_.top_k});
-    require_device(ids, "topk_ids");
-    require_dtype(has_dtype(weights, nb::dlpack::dtype_code::Float, 32), weights, "topk_weights", "float32");
-    require_shape(weights, "topk_weights", {tokens, config_.top_k});
-    require_device(weights, "topk_weights");
+    const int64_t tokens = check_hidden_and_out(*runner_, config_.hidden, hidden, out);
+    const bool ids64 = check_routed(*runner_, config_, ids, weights, tokens);
     const auto* h = static_cast<const uint16_t*>(hidden.data());
     const auto* w = static_cast<const float*>(weights.data());
     auto* o = static_cast<uint16_t*>(out.data());
@@ -217,37 +89,6 @@ class Layer {
   const MoeConfig& config() const { return config_; }
 
  private:
-  // A tensor on the runner's device: the CPU for the reference, else the current CUDA device.
-  template <class A>
-  void require_device(const A& a, const char* name) const {
-    const std::string backend = to_string(runner_->backend());
-    if (!runner_->on_gpu()) {
-      MXMOE_REQUIRE(a.device_type() == nb::device::cpu::value, name, ": expected a CPU tensor for backend '", backend,
-                    "' (the CPU reference); pass a CPU array, or build the layer with a GPU backend");
-      return;
-    }
-    MXMOE_REQUIRE(a.device_type() == nb::device::cuda::value, name, ": expected a CUDA tensor for backend '", backend,
-                  "'; move it to the GPU (e.g. tensor.cuda(), cupy.asarray), or build the layer with "
-                  "backend='reference' for CPU arrays");
-    int current = 0;
-    MXMOE_CUDA_CHECK(cudaGetDevice(&current));
-    MXMOE_REQUIRE(a.device_id() == current, name, ": on CUDA device ", a.device_id(),
-                  ", expected the current device ", current, " (this layer's weights live there)");
-  }
-
-  // hidden [T, H] and out [T, H], bf16, on the runner's device; returns T.
-  int64_t check_hidden_and_out(const InArray& hidden, const Array& out) const {
-    MXMOE_REQUIRE(hidden.ndim() == 2, "hidden: expected 2 dimensions [T, H], got ", shape_text(hidden));
-    const auto tokens = static_cast<int64_t>(hidden.shape(0));
-    require_dtype(is_bf16_like(hidden), hidden, "hidden", kBf16);
-    require_shape(hidden, "hidden", {tokens, config_.hidden});
-    require_device(hidden, "hidden");
-    require_dtype(is_bf16_like(out), out, "out", kBf16);
-    require_shape(out, "out", {tokens, config_.hidden});
-    require_device(out, "out");
-    return tokens;
-  }
-
   MoeConfig config_;
   std::unique_ptr<MoeRunner> runner_;
   DeviceBuffer workspace_;
@@ -261,11 +102,15 @@ nb::ndarray<nb::numpy, T> to_numpy(std::vector<T> v, std::initializer_list<size_
 }
 
 // Layer n of a gpt-oss checkpoint directory: (config, dict of numpy arrays in the checkpoint layout;
-// the bf16 tensors as uint16 bits).
-nb::tuple load_gpt_oss(const std::string& path, int layer) {
+// the bf16 tensors as uint16 bits). With a shard: only that rank's part, read as only its bytes
+// (Checkpoint::load_layer_shard), in its shapes; the config is the whole layer's.
+nb::tuple load_gpt_oss(const std::string& path, int layer, const std::optional<ShardSpec>& shard) {
   const Checkpoint ckpt(path);
-  MoeLayerData d = ckpt.load_layer(layer);
-  const MoeConfig& c = ckpt.config().moe;
+  const MoeConfig& full = ckpt.config().moe;
+  std::optional<LayerShard> resolved;
+  if (shard) resolved = resolve_named(full, *shard, "shard");
+  MoeLayerData d = shard ? ckpt.load_layer_shard(layer, *shard) : ckpt.load_layer(layer);
+  const MoeConfig& c = resolved ? resolved->local : full;
   const size_t e = c.num_experts, h = c.hidden, i = c.intermediate;
   nb::dict w;
   w["w1_blocks"] = to_numpy(std::move(d.w1_blocks), {e, 2 * i, h / 32, 16});
@@ -274,9 +119,11 @@ nb::tuple load_gpt_oss(const std::string& path, int layer) {
   w["w2_scales"] = to_numpy(std::move(d.w2_scales), {e, h, i / 32});
   if (!d.w1_bias.empty()) w["w1_bias"] = to_numpy(std::move(d.w1_bias), {e, 2 * i});
   if (!d.w2_bias.empty()) w["w2_bias"] = to_numpy(std::move(d.w2_bias), {e, h});
-  if (!d.router_weight.empty()) w["router_weight"] = to_numpy(std::move(d.router_weight), {e, h});
-  if (!d.router_bias.empty()) w["router_bias"] = to_numpy(std::move(d.router_bias), {e});
-  return nb::make_tuple(c, w);
+  // The router is the whole layer's (every rank routes over all E experts).
+  const size_t re = full.num_experts, rh = full.hidden;
+  if (!d.router_weight.empty()) w["router_weight"] = to_numpy(std::move(d.router_weight), {re, rh});
+  if (!d.router_bias.empty()) w["router_bias"] = to_numpy(std::move(d.router_bias), {re});
+  return nb::make_tuple(full, w);
 }
 
 // A gpt-oss-format checkpoint of random, checkpoint-like layers (tests and examples).
@@ -345,7 +192,76 @@ NB_MODULE(_mxmoe, m) {
       .def_prop_ro("config", &Layer::config)
       .def("describe_plan", &Layer::describe_plan, "tokens"_a);
 
-  m.def("load_gpt_oss", &python::load_gpt_oss, "path"_a, "layer"_a);
+  nb::class_<ShardSpec>(m, "ShardSpec",
+                        "One rank's part of a layer over world_size ranks: mode 'tensor' ('tp': a slice of the "
+                        "intermediate dimension in whole MX blocks) or 'expert' ('ep': whole experts, a "
+                        "contiguous range or expert_map: [E] global expert -> local id or -1).")
+      .def(
+          "__init__",
+          [](ShardSpec* s, const std::string& mode, int rank, int world_size,
+             const std::optional<std::vector<int32_t>>& expert_map) {
+            new (s) ShardSpec();
+            s->mode = parse_shard_mode(mode);
+            s->rank = rank;
+            s->world_size = world_size;
+            if (expert_map) s->expert_map = *expert_map;
+          },
+          "mode"_a = "tensor", "rank"_a = 0, "world_size"_a = 1, "expert_map"_a.none() = nb::none())
+      .def_prop_rw(
+          "mode", [](const ShardSpec& s) { return to_string(s.mode); },
+          [](ShardSpec& s, const std::string& mode) { s.mode = parse_shard_mode(mode); })
+      .def_rw("rank", &ShardSpec::rank)
+      .def_rw("world_size", &ShardSpec::world_size)
+      .def_rw("expert_map", &ShardSpec::expert_map)
+      .def("__eq__", [](const ShardSpec& a, const ShardSpec& b) {
+        return a.mode == b.mode && a.rank == b.rank && a.world_size == b.world_size && a.expert_map == b.expert_map;
+      })
+      // Picklable: a spec travels to spawned processes (torch.multiprocessing.spawn's arguments).
+      .def("__getstate__", [](const ShardSpec& s) { return nb::make_tuple(to_string(s.mode), s.rank, s.world_size,
+                                                                          s.expert_map); })
+      .def("__setstate__",
+           [](ShardSpec& s, const nb::tuple& state) {
+             new (&s) ShardSpec();
+             s.mode = parse_shard_mode(nb::cast<std::string>(state[0]));
+             s.rank = nb::cast<int>(state[1]);
+             s.world_size = nb::cast<int>(state[2]);
+             s.expert_map = nb::cast<std::vector<int32_t>>(state[3]);
+           })
+      .def("__repr__", [](const ShardSpec& s) {
+        std::string map;
+        for (size_t e = 0; e < s.expert_map.size(); ++e) map += (e ? ", " : "") + std::to_string(s.expert_map[e]);
+        return "ShardSpec(mode='" + to_string(s.mode) + "', rank=" + std::to_string(s.rank) + ", world_size=" +
+               std::to_string(s.world_size) + (s.expert_map.empty() ? "" : ", expert_map=[" + map + "]") + ")";
+      });
+
+  nb::class_<python::ShardedLayer>(m, "ShardedLayer",
+                                   "One rank's shard of a layer; every forward writes the rank's partial output.")
+      .def(nb::init<const MoeConfig&, const ShardSpec&, const python::InArray&, const python::InArray&,
+                    std::optional<python::InArray>, const python::InArray&, const python::InArray&,
+                    std::optional<python::InArray>, const std::string&, int64_t, const std::optional<std::string>&>(),
+           "config"_a, "shard"_a, "w1_blocks"_a, "w1_scales"_a, "w1_bias"_a.none(), "w2_blocks"_a, "w2_scales"_a,
+           "w2_bias"_a.none(), "backend"_a = "auto", "max_tokens"_a = 4096, "plan"_a.none() = nb::none())
+      .def("forward", &python::ShardedLayer::forward, "hidden"_a.noconvert(), "router_logits"_a.noconvert(),
+           "out"_a.noconvert(), "stream"_a = 0)
+      .def("forward_f32", &python::ShardedLayer::forward_f32, "hidden"_a.noconvert(), "router_logits"_a.noconvert(),
+           "out"_a.noconvert(), "stream"_a = 0)
+      .def("forward_routed", &python::ShardedLayer::forward_routed, "hidden"_a.noconvert(), "topk_ids"_a.noconvert(),
+           "topk_weights"_a.noconvert(), "out"_a.noconvert(), "stream"_a = 0)
+      .def_prop_ro("backend", &python::ShardedLayer::backend)
+      .def_prop_ro("max_tokens", &python::ShardedLayer::max_tokens)
+      .def_prop_ro("config", &python::ShardedLayer::config)
+      .def_prop_ro("local_config", &python::ShardedLayer::local_config)
+      .def_prop_ro("shard", &python::ShardedLayer::spec)
+      .def_prop_ro("local_experts", &python::ShardedLayer::local_experts)
+      .def_prop_ro("block_begin", &python::ShardedLayer::block_begin)
+      .def_prop_ro("block_count", &python::ShardedLayer::block_count)
+      .def_prop_ro("has_w2_bias", &python::ShardedLayer::has_w2_bias)
+      .def_prop_ro("sliced", &python::ShardedLayer::sliced)
+      .def("describe_plan", &python::ShardedLayer::describe_plan, "tokens"_a);
+
+  m.def("load_gpt_oss", &python::load_gpt_oss, "path"_a, "layer"_a, "shard"_a.none() = nb::none(),
+        "Layer `layer` of a gpt-oss checkpoint directory: (config, dict of NumPy arrays in the checkpoint layout, "
+        "bf16 as uint16 bits). shard: a ShardSpec; only that rank's part is read (its bytes only), in its shapes.");
   m.def("write_random_checkpoint", &python::write_random_checkpoint, "path"_a, "config"_a, "layers"_a, "seed"_a = 0,
         "hf_names"_a = true);
 }

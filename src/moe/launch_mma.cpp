@@ -30,7 +30,8 @@ void run_mma(const GpuLayer& layer, const plan::Plan& p, const ForwardArgs& f) {
     // padded to whole chunks, GEMM1's tokens expanded to their sorted rows (in GEMM2's output buffer,
     // which GEMM2 only writes after GEMM1 has finished: the workspace layout sizes it so).
     auto* expanded = reinterpret_cast<uint16_t*>(ws.expert_rows);
-    sm90::to_chunk_order(f.hidden, expanded, f.tokens * c.top_k, c.hidden, f.stream, ws.routing.row_pair, c.top_k);
+    sm90::to_chunk_order(f.hidden, expanded, f.tokens * c.top_k, c.hidden, f.stream, ws.routing.row_pair, c.top_k,
+                         ws.routing.expert_offsets + c.num_experts);
     a.act = expanded;
     a.half_tail = sm90::half_tail(c.hidden);
     a.k = static_cast<int>(sm90::padded_k(c.hidden));

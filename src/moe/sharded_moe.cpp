@@ -14,9 +14,9 @@
 
 #include "common/cuda_check.hpp"
 #include "moe/sharded_convert.hpp"
-#include "moe/sharded_pad.hpp"
 #include "moe/sharded_route.hpp"
 #include "mxmoe/error.hpp"
+#include "mxmoe/reference.hpp"
 
 namespace mxmoe {
 namespace {
@@ -60,20 +60,17 @@ ShardedMoe::ShardedMoe(const LayerShard& shard, const MoeWeights& weights, const
                         "and sum the partial outputs yourself");
 #endif
   }
-  if (shard_.spec.mode == ShardMode::Tensor) {
-    runner_ = std::make_unique<MoeRunner>(shard_.local, weights, options);
-  } else {
-    MoeConfig padded = shard_.local;
-    padded.top_k = shard_.full.top_k;
-    padded.num_experts = shard_.local.num_experts + padded.top_k;
-    MXMOE_REQUIRE(padded.num_experts <= kMaxExperts, "ShardSpec: rank ", shard_.spec.rank, " owns ",
-                  shard_.local.num_experts, " experts; with the k = ", padded.top_k,
-                  " absent experts of expert-parallel routing that is more than ", kMaxExperts);
-    const MoeLayerData w = sharded::pad_absent_experts(shard_.local, weights, padded.top_k);
-    runner_ = std::make_unique<MoeRunner>(padded, w.view(), options);
-  }
-  MXMOE_REQUIRE(runner_->on_gpu(), "ShardedMoe: backend '", to_string(runner_->backend()),
-                "' is not a GPU backend (a shard runs on its rank's GPU)");
+  // Expert-parallel: the rank's own experts only; pairs of other ranks' experts are dropped in the route
+  // (sharded_route.hpp), so they cost nothing. A bad token's k pairs then need k local experts.
+  MXMOE_REQUIRE(shard_.spec.mode == ShardMode::Tensor || shard_.local.num_experts >= shard_.full.top_k, "ShardSpec: rank ",
+                shard_.spec.rank, " owns ", shard_.local.num_experts, " experts; expert-parallel needs at least k = ",
+                shard_.full.top_k, " per rank (world_size <= E / k)");
+  MoeConfig rank_config = shard_.local;
+  rank_config.top_k = shard_.full.top_k;  // every token's k pairs, the other ranks' dropped
+  runner_ = std::make_unique<MoeRunner>(rank_config, weights, options);
+  MXMOE_REQUIRE(runner_->on_gpu() || comm == nullptr, "comm: backend '", to_string(runner_->backend()),
+                "' runs on the host; a communicator needs a GPU backend");
+  if (!runner_->on_gpu()) return;  // the host path (run_on_host) needs no device state
   MXMOE_CUDA_CHECK(cudaGetDevice(&device_));
   if (shard_.spec.mode == ShardMode::Expert) {
     // The map [E] on the runner's device (the current one).
@@ -89,19 +86,37 @@ ShardedMoe::~ShardedMoe() = default;
 ShardedMoe::ShardedMoe(ShardedMoe&&) noexcept = default;
 ShardedMoe& ShardedMoe::operator=(ShardedMoe&&) noexcept = default;
 
-// The runner's workspace, then (expert-parallel) the local ids and weights [max_tokens, k], then (fp32
-// partials) their sum.
-size_t ShardedMoe::workspace_bytes() const {
-  size_t bytes = align_up(runner_->workspace_bytes());
+// The runner's workspace; (expert-parallel) the local ids and weights [max_tokens, k]; (fp32 partials
+// with a communicator) their sum [max_tokens, H]; (with a communicator) forward_data_parallel's gathered
+// hidden [max_tokens, H], routing (logits [max_tokens, E] or int64 ids [max_tokens, k]), weights
+// [max_tokens, k] and partial [max_tokens, H] (fp32 with fp32 partials).
+ShardedMoe::Layout ShardedMoe::layout() const {
+  const auto tokens = static_cast<size_t>(runner_->max_tokens());
+  const size_t H = shard_.full.hidden, E = shard_.full.num_experts, k = shard_.full.top_k;
+  Layout l;
+  size_t at = 0;
+  const auto take = [&at](size_t bytes) {
+    const size_t offset = at;
+    at += align_up(bytes);
+    return offset;
+  };
+  l.runner = take(runner_->workspace_bytes());
   if (shard_.spec.mode == ShardMode::Expert) {
-    const size_t pairs = static_cast<size_t>(runner_->max_tokens()) * shard_.full.top_k;
-    bytes += align_up(pairs * 4) * 2;
+    l.local_ids = take(tokens * k * 4);
+    l.local_weights = take(tokens * k * 4);
   }
-  // The fp32 sum of a reducing forward with fp32 partials, [max_tokens, H].
-  if (fp32_partials_ && comm_ != nullptr)
-    bytes += align_up(static_cast<size_t>(runner_->max_tokens()) * shard_.full.hidden * 4);
-  return bytes;
+  if (comm_ != nullptr) {
+    if (fp32_partials_) l.sum_f32 = take(tokens * H * 4);
+    l.gather_hidden = take(tokens * H * 2);
+    l.gather_route = take(tokens * std::max(E * 4, k * 8));
+    l.gather_weights = take(tokens * k * 4);
+    l.gather_partial = take(tokens * H * (fp32_partials_ ? 4 : 2));
+  }
+  l.total = at;
+  return l;
 }
+
+size_t ShardedMoe::workspace_bytes() const { return runner_->on_gpu() ? layout().total : 0; }
 
 void ShardedMoe::forward(const uint16_t* hidden, const float* router_logits, int64_t tokens, uint16_t* out,
                          void* workspace, size_t workspace_size, cudaStream_t stream) const {
@@ -165,29 +180,35 @@ void ShardedMoe::forward_ranks(const std::vector<const ShardedMoe*>& ranks, cons
 }
 
 float* ShardedMoe::sum_f32(void* workspace) const {
-  const size_t runner_bytes = align_up(runner_->workspace_bytes());
-  const size_t pair_bytes = align_up(static_cast<size_t>(runner_->max_tokens()) * shard_.full.top_k * 4);
-  auto* base = static_cast<uint8_t*>(workspace) + runner_bytes;
-  return reinterpret_cast<float*>(base + (shard_.spec.mode == ShardMode::Expert ? 2 * pair_bytes : 0));
+  return reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + layout().sum_f32);
 }
 
 void ShardedMoe::finish_f32(uint16_t* out, int64_t tokens, void* workspace, cudaStream_t stream) const {
   sharded::f32_to_bf16(sum_f32(workspace), out, static_cast<size_t>(tokens) * shard_.full.hidden, stream);
 }
 
-void ShardedMoe::run(const Inputs& in, uint16_t* out, float* out_f32, void* workspace, size_t workspace_size,
-                     cudaStream_t stream, bool reduce, bool finish) const {
-  const int64_t tokens = in.tokens;
-  MXMOE_REQUIRE(tokens >= 0 && tokens <= runner_->max_tokens(), "tokens = ", tokens, ": expected in [0, max_tokens = ",
-                runner_->max_tokens(), "]");
+bool ShardedMoe::check_run(const Inputs& in, const void* out, void* workspace, size_t workspace_size) const {
+  MXMOE_REQUIRE(in.tokens >= 0 && in.tokens <= runner_->max_tokens(), "tokens = ", in.tokens,
+                ": expected in [0, max_tokens = ", runner_->max_tokens(), "]");
   MXMOE_REQUIRE(workspace_size >= workspace_bytes(), "workspace_size = ", workspace_size, ": expected at least ",
                 workspace_bytes(), " bytes (ShardedMoe::workspace_bytes)");
   MXMOE_REQUIRE(workspace != nullptr || workspace_size == 0, "workspace: null");
-  MXMOE_REQUIRE(out != nullptr || out_f32 != nullptr || tokens == 0, "out: null pointer");
-  if (tokens == 0) return;  // every rank has the same T: no rank calls the collective
-  const size_t runner_bytes = align_up(runner_->workspace_bytes());
-  auto* base = static_cast<uint8_t*>(workspace) + runner_bytes;
-  const size_t pair_bytes = align_up(static_cast<size_t>(runner_->max_tokens()) * shard_.full.top_k * 4);
+  MXMOE_REQUIRE(out != nullptr || in.tokens == 0, "out: null pointer");
+  return in.tokens > 0;
+}
+
+void ShardedMoe::run(const Inputs& in, uint16_t* out, float* out_f32, void* workspace, size_t workspace_size,
+                     cudaStream_t stream, bool reduce, bool finish) const {
+  const int64_t tokens = in.tokens;
+  if (!check_run(in, out != nullptr ? static_cast<const void*>(out) : out_f32, workspace, workspace_size))
+    return;  // every rank has the same T: no rank calls the collective
+  if (!runner_->on_gpu()) {
+    MXMOE_REQUIRE(out_f32 == nullptr, "out: fp32 partials need a GPU backend");
+    run_on_host(in, out);
+    return;
+  }
+  const Layout l = layout();
+  auto* base = static_cast<uint8_t*>(workspace);
   // The fp32 partials of a reducing forward: summed in the workspace, rounded once into out.
   float* sum = reduce && comm_ != nullptr && fp32_partials_ ? sum_f32(workspace) : nullptr;
   float* partial_f32 = sum != nullptr ? sum : out_f32;
@@ -208,14 +229,15 @@ void ShardedMoe::run(const Inputs& in, uint16_t* out, float* out_f32, void* work
     a.local_experts = shard_.local.num_experts;
     a.softmax_first = shard_.full.routing == RoutingOrder::SoftmaxThenTopk;
     a.renormalize = shard_.full.renormalize;
-    a.local_ids = reinterpret_cast<int32_t*>(base);
-    a.local_weights = reinterpret_cast<float*>(base + pair_bytes);
+    a.local_ids = reinterpret_cast<int32_t*>(base + l.local_ids);
+    a.local_weights = reinterpret_cast<float*>(base + l.local_weights);
     sharded::localize_pairs(a, stream);
     ids = a.local_ids;
     ids64 = false;
     weights = a.local_weights;
   }
   const MoeRunner& r = *runner_;
+  const size_t runner_bytes = r.workspace_bytes();
   if (ids == nullptr && partial_f32 != nullptr)
     r.forward_f32(in.hidden, in.logits, tokens, partial_f32, workspace, runner_bytes, stream);
   else if (ids == nullptr)
@@ -240,6 +262,37 @@ void ShardedMoe::run(const Inputs& in, uint16_t* out, float* out_f32, void* work
   nccl_check(ncclAllReduce(sum, sum, count, ncclFloat32, ncclSum, comm_, stream), "ncclAllReduce");
 #endif
   if (finish) finish_f32(out, tokens, workspace, stream);
+}
+
+void ShardedMoe::run_on_host(const Inputs& in, uint16_t* out) const {
+  const auto tokens = static_cast<size_t>(in.tokens), k = static_cast<size_t>(shard_.full.top_k);
+  if (shard_.spec.mode == ShardMode::Tensor) {
+    if (in.ids == nullptr)
+      runner_->forward(in.hidden, in.logits, in.tokens, out, nullptr, 0);
+    else if (in.ids64)
+      runner_->forward_routed(in.hidden, static_cast<const int64_t*>(in.ids), in.weights, in.tokens, out, nullptr, 0);
+    else
+      runner_->forward_routed(in.hidden, static_cast<const int32_t*>(in.ids), in.weights, in.tokens, out, nullptr, 0);
+    return;
+  }
+  // Expert-parallel: the whole layer's routing (or the engine's, checked by the rank's runner after the
+  // map), each pair mapped to this rank's expert or dropped.
+  std::vector<int32_t> ids(tokens * k);
+  std::vector<float> weights(tokens * k);
+  if (in.ids == nullptr) {
+    reference_route(shard_.full, std::span(in.logits, tokens * shard_.full.num_experts), in.tokens, ids, weights);
+  } else {
+    for (size_t p = 0; p < ids.size(); ++p) {
+      const int64_t id = in.ids64 ? static_cast<const int64_t*>(in.ids)[p] : static_cast<const int32_t*>(in.ids)[p];
+      MXMOE_REQUIRE(id == kDroppedPairId || (id >= 0 && id < shard_.full.num_experts), "topk_ids[", p / k, ", ", p % k,
+                    "] = ", id, ": expected an expert id in [0, ", shard_.full.num_experts, ") or -1 (a dropped pair)");
+      ids[p] = static_cast<int32_t>(id);
+    }
+    std::copy(in.weights, in.weights + ids.size(), weights.begin());
+  }
+  for (int32_t& id : ids)
+    if (id != kDroppedPairId) id = shard_.global_to_local[static_cast<size_t>(id)];
+  runner_->forward_routed(in.hidden, ids.data(), weights.data(), in.tokens, out, nullptr, 0);
 }
 
 void ShardedMoe::all_reduce(uint16_t* out, int64_t tokens, cudaStream_t stream) const {

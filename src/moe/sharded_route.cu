@@ -26,13 +26,13 @@ __global__ void __launch_bounds__(kWarps * 32) localize_kernel(LocalizeArgs a) {
     routing::warp_route_token(a.logits + static_cast<int64_t>(t) * a.experts, a.experts, a.top_k, a.softmax_first,
                               a.renormalize, lane, id, weight);
   if (lane < a.top_k) {
-    // Both readers give ids in [0, E); anything else (NaN logits) becomes a visible NaN, never a bad read.
+    // The readers give ids in [0, E), or -1 for a pair the engine dropped; a NaN weight marks a bad token
+    // (NaN logits, or ids that are not distinct experts), which must stay visible: id local_experts is
+    // out of range for the rank's runner, whose route then gives the token NaN (routed_pairs.cuh).
     const bool in_range = id >= 0 && id < a.experts;
-    const int local = in_range ? a.global_to_local[id] : -1;
-    if (!in_range) weight = __int_as_float(0x7fc00000);
     const int64_t p = static_cast<int64_t>(t) * a.top_k + lane;
-    a.local_ids[p] = local >= 0 ? local : a.local_experts + lane;
-    a.local_weights[p] = local >= 0 || isnan(weight) ? weight : 0.f;
+    a.local_ids[p] = isnan(weight) ? a.local_experts : in_range ? a.global_to_local[id] : kDroppedPairId;
+    a.local_weights[p] = weight;
   }
 }
 

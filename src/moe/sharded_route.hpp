@@ -1,8 +1,8 @@
 #pragma once
 // The expert-parallel rank's routing (ShardedMoe): each token's k pairs over the whole layer's experts
 // (from the logits, or the engine's ids and weights), mapped to this rank's experts. A pair of another
-// rank's expert goes to absent expert local_experts + slot with weight 0 (NaN stays NaN: a bad token
-// stays visible), so every token keeps k distinct experts, as the kernels after the route assume.
+// rank's expert becomes a dropped pair (kDroppedPairId), which the rank's route gives no row; a bad
+// token stays visible (NaN on every rank).
 #include <cuda_runtime.h>
 
 #include <cstdint>

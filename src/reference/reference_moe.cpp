@@ -132,9 +132,10 @@ void reference_moe_routed_f64(const MoeConfig& config, const MoeWeights& weights
     std::copy(row.begin(), row.end(), x.begin() + t * h);
   }
 
-  // (token, slot) pairs grouped by expert, in token order.
+  // (token, slot) pairs grouped by expert, in token order; dropped pairs (-1) add nothing.
   std::vector<std::vector<int64_t>> pairs(static_cast<size_t>(experts));
-  for (int64_t p = 0; p < tokens * k; ++p) pairs[static_cast<size_t>(ids[static_cast<size_t>(p)])].push_back(p);
+  for (int64_t p = 0; p < tokens * k; ++p)
+    if (const int32_t e = ids[static_cast<size_t>(p)]; e != kDroppedPairId) pairs[static_cast<size_t>(e)].push_back(p);
 
   std::fill(out.begin(), out.end(), 0.0);
   const auto e2m1 = e2m1_table();

@@ -12,11 +12,12 @@
 
 namespace mxmoe {
 
-// Throws an Error naming topk_ids (a wrong element count, an id outside [0, E), an expert named twice
-// by one token) or topk_weights (a wrong element count, a weight that is negative or not finite).
+// Throws an Error naming topk_ids (a wrong element count, an id outside [0, E) other than -1, an expert
+// named twice by one token) or topk_weights (a wrong element count, a weight that is negative or not
+// finite, except a dropped pair's: id -1 drops its pair, which adds nothing).
 void check_routed_input(const MoeConfig& config, std::span<const int32_t> ids, std::span<const float> weights,
                         int64_t tokens);
-// int64 ids [T, k] (Python's default integer) as int32, each in [0, E) or an Error naming topk_ids.
+// int64 ids [T, k] (Python's default integer) as int32, each in [0, E) or -1, or an Error naming topk_ids.
 std::vector<int32_t> narrow_routed_ids(std::span<const int64_t> ids, int top_k, int experts);
 
 // out [T, H] in fp64 (before the final bf16 rounding) and in bf16; the inputs are checked

@@ -84,8 +84,9 @@ void check_routed_input(const MoeConfig& config, std::span<const int32_t> ids, s
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t s = 0; s < k; ++s) {
       const auto p = static_cast<size_t>(t * k + s);
+      if (ids[p] == kDroppedPairId) continue;  // a dropped pair: no expert, its weight unused
       MXMOE_REQUIRE(ids[p] >= 0 && ids[p] < config.num_experts, "topk_ids[", t, ", ", s, "] = ", ids[p],
-                    ": expected an expert id in [0, ", config.num_experts, ")");
+                    ": expected an expert id in [0, ", config.num_experts, ") or -1 (a dropped pair)");
       // Each expert at most once per token: every backend's kernels hold an expert's rows to <= T.
       for (int64_t before = 0; before < s; ++before)
         MXMOE_REQUIRE(ids[static_cast<size_t>(t * k + before)] != ids[p], "topk_ids: token ", t, " names expert ",
@@ -99,8 +100,9 @@ void check_routed_input(const MoeConfig& config, std::span<const int32_t> ids, s
 std::vector<int32_t> narrow_routed_ids(std::span<const int64_t> ids, int top_k, int experts) {
   std::vector<int32_t> out(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
-    MXMOE_REQUIRE(ids[i] >= 0 && ids[i] < experts, "topk_ids[", i / static_cast<size_t>(top_k), ", ",
-                  i % static_cast<size_t>(top_k), "] = ", ids[i], ": expected an expert id in [0, ", experts, ")");
+    MXMOE_REQUIRE(ids[i] == kDroppedPairId || (ids[i] >= 0 && ids[i] < experts), "topk_ids[",
+                  i / static_cast<size_t>(top_k), ", ", i % static_cast<size_t>(top_k), "] = ", ids[i],
+                  ": expected an expert id in [0, ", experts, ") or -1 (a dropped pair)");
     out[i] = static_cast<int32_t>(ids[i]);
   }
   return out;

@@ -1,5 +1,5 @@
 // combine: each token's k expert rows (fp32, or bf16 from the swap-AB and wgmma tiles) summed in slot order
-// in fp32 (bitwise reproducible), bf16 out.
+// in fp32 (bitwise reproducible), bf16 out; a dropped pair (pair_row -1) adds nothing.
 #include <cuda_bf16.h>
 
 #include "common/bf16_pack.cuh"
@@ -39,6 +39,7 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const Row* __restrict
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   for (int s = 0; s < top_k; ++s) {
     const int64_t row = pair_row[t * top_k + s];
+    if (row < 0) continue;  // a dropped pair (routed_pairs.cuh)
     const float4 v = load4(rows + row * hidden + n);
     acc.x += v.x;
     acc.y += v.y;

@@ -28,13 +28,14 @@ struct RouteArgs {
   RoutingBuffers out;
 };
 
-// Token t's pair of this lane (lanes below k), into the routing buffers and the shared histogram.
+// Token t's pair of this lane (lanes below k), into the routing buffers and the shared histogram; a
+// dropped pair (kDroppedPairId) is stored as it is and counted nowhere: it gets no row.
 __device__ void store_pair(const RouteArgs& a, int t, int lane, int id, float weight, int* counts) {
   if (lane < a.top_k) {
     const int p = t * a.top_k + lane;
     a.out.expert_ids[p] = id;
     a.out.pair_weights[p] = weight;
-    atomicAdd(&counts[id], 1);
+    if (id != kDroppedPairId) atomicAdd(&counts[id], 1);
   }
 }
 
@@ -114,8 +115,10 @@ __device__ void rank_pairs(const RouteArgs& a, const int* offsets, int* running,
     for (int i = tid; i < warps * kMaxExperts; i += threads) (&warp_counts[0][0])[i] = 0;
     __syncthreads();
     const int p = base + tid;
-    const bool valid = p < pairs;
-    const int e = valid ? __ldcg(a.out.expert_ids + p) : -1 - lane;  // invalid lanes match nobody
+    const int id = p < pairs ? __ldcg(a.out.expert_ids + p) : kDroppedPairId;
+    const bool valid = id != kDroppedPairId;
+    if (p < pairs && !valid) a.out.pair_row[p] = -1;  // a dropped pair: no row, the combines skip it
+    const int e = valid ? id : -1 - lane;  // invalid lanes match nobody
     const unsigned same = __match_any_sync(0xffffffffu, e);
     const int rank_in_warp = __popc(same & lanes_below);
     if (valid && rank_in_warp == 0) warp_counts[warp][e] = __popc(same);

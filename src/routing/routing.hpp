@@ -18,7 +18,7 @@ struct RoutingBuffers {
   int32_t* active_experts;  // [E]     experts with >= 1 row, ascending; count in active_count
   int32_t* active_count;    // [1]
   int32_t* row_pair;        // [T*k]   sorted row -> pair
-  int32_t* pair_row;        // [T*k]   pair -> sorted row
+  int32_t* pair_row;        // [T*k]   pair -> sorted row, -1 for a dropped pair (expert id -1)
   int32_t* segment_counts;  // [segments, E] scratch of the multi-block route: each segment's histogram
   // [E] or null: zeroed by the route once the previous forward is complete (GEMM1's blocks done per
   // expert or slot: mma::MmaArgs::expert_done, gemv::GemvArgs::slot_done).
@@ -58,7 +58,7 @@ inline void route_and_permute(const MoeConfig& config, const float* logits, int6
   route_and_permute(config, source, tokens, buffers, stream);
 }
 
-// out[t, :] = bf16( sum over s < k of rows[pair_row[t*k+s], :] ) in fp32, rows fp32 [T*k, H].
+// out[t, :] = bf16( sum over s < k of rows[pair_row[t*k+s], :] ) in fp32, rows fp32 [T*k, H]; rows -1 skipped.
 void combine_rows(const float* rows, const int32_t* pair_row, int64_t tokens, int top_k, int hidden, uint16_t* out,
                   cudaStream_t stream);
 // The same from bf16 rows (the swap-AB and wgmma tiles' GEMM2: half the bytes written and read back).

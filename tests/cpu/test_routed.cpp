@@ -43,6 +43,11 @@ Inputs make_inputs(const MoeConfig& cfg, int64_t tokens, std::mt19937_64& rng, b
 
 std::vector<uint16_t> poisoned(size_t n) { return std::vector<uint16_t>(n, 0x7FC1); }
 
+std::vector<float> with_weight_nan_at(std::vector<float> w, size_t p) {
+  w[p] = std::numeric_limits<float>::quiet_NaN();
+  return w;
+}
+
 TEST(Routed, ReferenceRoutedByItsOwnRoutingGivesTheLogitsForwardsBits) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
@@ -99,6 +104,39 @@ TEST(Routed, WeightsAreUsedAsGiven) {
   EXPECT_GT(nonzero, static_cast<int>(n / 2));
 }
 
+// Ids of -1 drop their pairs: the output equals the same routing with each dropped pair's weight 0
+// (an exact zero added in fp64), bit for bit; a token whose pairs are all dropped is zero; int64 -1 too.
+TEST(Routed, DroppedPairsAddNothing) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const MoeConfig cfg = make_config(7, 3, 96, 160);
+  const MoeLayerData layer = MoeLayerData::random(cfg, seed);
+  const MoeRunner runner(cfg, layer.view(), reference_options(50));
+  for (const int64_t tokens : {1, 3, 50}) {
+    SCOPED_TRACE("T = " + std::to_string(tokens));
+    const Inputs in = make_inputs(cfg, tokens, rng);
+    std::vector<int32_t> dropped = in.ids;
+    std::vector<float> zeroed = in.weights, nan_weights = in.weights;
+    std::bernoulli_distribution drop(0.4);
+    for (size_t p = 0; p < dropped.size(); ++p)
+      if (drop(rng) || p < static_cast<size_t>(cfg.top_k)) {  // token 0: every pair
+        dropped[p] = kDroppedPairId;
+        zeroed[p] = 0.f;
+        nan_weights[p] = std::numeric_limits<float>::quiet_NaN();
+      }
+    const size_t n = in.hidden.size();
+    auto want = poisoned(n), got = poisoned(n), got64 = poisoned(n);
+    runner.forward_routed(in.hidden.data(), in.ids.data(), zeroed.data(), tokens, want.data(), nullptr, 0);
+    runner.forward_routed(in.hidden.data(), dropped.data(), nan_weights.data(), tokens, got.data(), nullptr, 0);
+    const std::vector<int64_t> ids64(dropped.begin(), dropped.end());
+    runner.forward_routed(in.hidden.data(), ids64.data(), nan_weights.data(), tokens, got64.data(), nullptr, 0);
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(got64, want);
+    for (int64_t j = 0; j < cfg.hidden; ++j) ASSERT_EQ(bf16_to_float(got[static_cast<size_t>(j)]), 0.f) << j;
+  }
+}
+
 TEST(Routed, BadIdsWeightsAndArgumentsAreErrorsNamingThem) {
   const MoeConfig cfg = MoeConfig::tiny();  // E = 8, k = 2
   const MoeLayerData layer = MoeLayerData::random(cfg, 5);
@@ -116,7 +154,8 @@ TEST(Routed, BadIdsWeightsAndArgumentsAreErrorsNamingThem) {
     return i;
   };
   expect_error_naming([&] { run(with_id(3, 8), weights); }, "topk_ids[1, 1] = 8: expected an expert id in [0, 8)");
-  expect_error_naming([&] { run(with_id(4, -1), weights); }, "topk_ids[2, 0] = -1");
+  expect_error_naming([&] { run(with_id(4, -2), weights); }, "topk_ids[2, 0] = -2");
+  run(with_id(4, kDroppedPairId), with_weight_nan_at(weights, 4));  // dropped: its weight is never read
   expect_error_naming([&] { run(with_id(1, 0), weights); }, "topk_ids: token 0 names expert 0 twice (slots 0 and 1)");
   auto with_weight = [&](size_t p, float v) {
     std::vector<float> w = weights;

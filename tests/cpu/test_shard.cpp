@@ -13,7 +13,6 @@
 #include "mxmoe/checkpoint.hpp"
 #include "mxmoe/formats.hpp"
 #include "mxmoe/reference.hpp"
-#include "moe/sharded_pad.hpp"
 #include "mxmoe/runner.hpp"
 #include "mxmoe/shard.hpp"
 #include "mxmoe/sharded_moe.hpp"
@@ -59,13 +58,13 @@ class ShardTest : public testing::Test {
     for (auto& x : v) x = n(rng_);
     return v;
   }
-  // A random permutation of the experts dealt to `world` ranks (every rank at least one): the maps.
-  std::vector<ShardSpec> random_expert_maps(int experts, int world) {
+  // A random permutation of the experts dealt to `world` ranks (every rank at least `least`): the maps.
+  std::vector<ShardSpec> random_expert_maps(int experts, int world, int least = 1) {
     std::vector<int> order(experts), owner(experts);
     std::iota(order.begin(), order.end(), 0);
     std::shuffle(order.begin(), order.end(), rng_);
     std::uniform_int_distribution<int> pick(0, world - 1);
-    for (int i = 0; i < experts; ++i) owner[order[i]] = i < world ? i : pick(rng_);
+    for (int i = 0; i < experts; ++i) owner[order[i]] = i < world * least ? i % world : pick(rng_);
     std::vector<ShardSpec> specs;
     for (int r = 0; r < world; ++r) {
       ShardSpec s = ShardSpec::expert(r, world);
@@ -309,55 +308,96 @@ TEST_F(ShardTest, ExpertRankWithoutTheTokensExpertsGivesZero) {
   }
 }
 
-// The GPU's expert-parallel scheme, on the CPU: the whole layer's routing with the pairs of other ranks'
-// experts sent to k appended zero experts at weight 0 (sharded_route.cu does this per token on the GPU)
-// gives the rank's partial: the zero experts add exact zeros.
-TEST_F(ShardTest, AbsentZeroExpertsGiveTheExpertParallelPartial) {
-  const MoeConfig c = odd_config();  // E = 7, k = 3
+// ShardedMoe on the reference backend (host pointers): each rank's partial, routed by the logits or by
+// the engine's ids (with dropped pairs, -1), is its fp64 partial reference rounded once; the partials
+// sum to the layer. Tensor- and expert-parallel (ranges and maps), uneven worlds, T = 0, 1, 3, 37.
+TEST_F(ShardTest, ShardedMoeOnTheReferenceBackendGivesEachRanksPartial) {
+  const MoeConfig c = make_config(9, 2, 96, 160);  // I = 5 MX blocks, E = 9: uneven over 2, 3 and 4 ranks
   const MoeLayerData whole = MoeLayerData::random(c, seed_);
-  const int64_t tokens = 41;
-  const auto hidden = random_hidden(tokens, c.hidden);
-  const auto logits = random_logits(tokens, c.num_experts);
-  std::vector<int32_t> ids(tokens * c.top_k);
-  std::vector<float> weights(ids.size());
-  reference_route(c, logits, tokens, ids, weights);
-  for (int world : {2, 3, 4})
-    for (int r = 0; r < world; ++r) {
-      SCOPED_TRACE("rank " + std::to_string(r) + "/" + std::to_string(world));
-      const LayerShard shard = resolve_shard(c, ShardSpec::expert(r, world));
-      const MoeLayerData part = slice_layer(shard, whole);
-      MoeConfig padded = shard.local;
-      padded.top_k = c.top_k;
-      padded.num_experts = shard.local.num_experts + c.top_k;
-      const MoeLayerData layer = sharded::pad_absent_experts(shard.local, part.view(), c.top_k);
-      ASSERT_NO_THROW(layer.view().validate(padded));
-      std::vector<int32_t> local_ids(ids.size());
-      std::vector<float> local_weights(ids.size());
-      for (size_t p = 0; p < ids.size(); ++p) {
-        const int32_t l = shard.global_to_local[ids[p]];
-        local_ids[p] = l >= 0 ? l : shard.local.num_experts + static_cast<int32_t>(p % c.top_k);
-        local_weights[p] = l >= 0 ? weights[p] : 0.f;
-      }
-      std::vector<double> got(tokens * c.hidden), expect(got.size());
-      reference_moe_routed_f64(padded, layer.view(), hidden, local_ids, local_weights, tokens, got);
-      reference_shard_f64(shard, part.view(), hidden, logits, tokens, expect);
-      for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], expect[i], 1e-9 * (1 + std::abs(expect[i])));
-    }
+  for (int64_t tokens : {0, 1, 3, 37}) {
+    const auto hidden = random_hidden(tokens, c.hidden);
+    const auto logits = random_logits(tokens, c.num_experts);
+    std::vector<int32_t> ids(static_cast<size_t>(tokens * c.top_k));
+    std::vector<float> weights(ids.size());
+    reference_route(c, logits, tokens, ids, weights);
+    std::vector<double> layer(static_cast<size_t>(tokens * c.hidden));
+    reference_moe_f64(c, whole.view(), hidden, logits, tokens, layer);
+    for (ShardMode mode : {ShardMode::Tensor, ShardMode::Expert})
+      for (int world = 2; world <= 4; ++world)
+        for (bool mapped : {false, true}) {
+          if (mapped && mode == ShardMode::Tensor) continue;
+          SCOPED_TRACE(to_string(mode) + " world " + std::to_string(world) + " T " + std::to_string(tokens) +
+                       (mapped ? " mapped" : ""));
+          std::vector<double> sum(layer.size(), 0.0), part(layer.size());
+          const auto all = mapped ? random_expert_maps(c.num_experts, world, c.top_k) : specs(mode, world);
+          for (const ShardSpec& spec : all) {
+            const LayerShard shard = resolve_shard(c, spec);
+            const MoeLayerData data = slice_layer(shard, whole);
+            const ShardedMoe moe(shard, data.view(), test::reference_options(64));
+            EXPECT_EQ(moe.workspace_bytes(), 0u);
+            std::vector<uint16_t> got(layer.size(), 0x7FC1), routed(layer.size(), 0x7FC1);
+            moe.forward_partial(hidden.data(), logits.data(), tokens, got.data(), nullptr, 0);
+            moe.forward_routed(hidden.data(), ids.data(), weights.data(), tokens, routed.data(), nullptr, 0);
+            EXPECT_EQ(routed, got) << "rank " << spec.rank << ": the routed partial differs from the logits one";
+            reference_shard_f64(shard, data.view(), hidden, logits, tokens, part);
+            for (size_t i = 0; i < got.size(); ++i) {
+              // One bf16 rounding of the same fp64 value, up to fp64 summation order: within 1 bf16 ulp.
+              ASSERT_NEAR(bf16_to_float(got[i]), part[i], std::abs(part[i]) / 128 + 1e-30) << "rank " << spec.rank
+                                                                                             << ", element " << i;
+              sum[i] += bf16_to_float(got[i]);
+            }
+          }
+          double norm = 0;
+          for (double v : layer) norm = std::max(norm, std::abs(v));
+          for (size_t i = 0; i < sum.size(); ++i)
+            ASSERT_NEAR(sum[i], layer[i], world * norm / 128 + 1e-30) << "element " << i;
+        }
+  }
 }
 
-// A shard runs on its rank's GPU: the CPU reference backend is refused, naming it.
-TEST_F(ShardTest, ShardedMoeNeedsAGpuBackend) {
-  const MoeConfig c = make_config(4, 2, 64, 64);
+// The engine's ids through an expert-parallel shard: -1 (already dropped by the engine) stays dropped,
+// and an id outside [0, E) is an Error naming topk_ids.
+TEST_F(ShardTest, ShardedMoeTakesTheEnginesDroppedPairs) {
+  const MoeConfig c = make_config(8, 2, 64, 64);
   const MoeLayerData whole = MoeLayerData::random(c, seed_);
-  const LayerShard shard = resolve_shard(c, ShardSpec::tensor(0, 2));
-  RunnerOptions options;
-  options.backend = Backend::Reference;
-  options.use_env = false;
-  expect_error_naming([&] { ShardedMoe(shard, slice_layer(shard, whole).view(), options); }, "GPU backend");
-  // Weights of the whole layer are not a shard's.
-  expect_error_naming([&] { ShardedMoe(shard, whole.view(), options); }, "MoeWeights");
-  const LayerShard ep = resolve_shard(c, ShardSpec::expert(1, 2));
-  expect_error_naming([&] { ShardedMoe(ep, slice_layer(ep, whole).view(), options); }, "GPU backend");
+  const LayerShard shard = resolve_shard(c, ShardSpec::expert(1, 2));  // experts 4 .. 7
+  const ShardedMoe moe(shard, slice_layer(shard, whole).view(), test::reference_options(4));
+  const auto hidden = random_hidden(2, c.hidden);
+  // Token 0: experts 5 and 1 (1 on rank 0); token 1: 6 and dropped by the engine.
+  const std::vector<int32_t> ids = {5, 1, 6, kDroppedPairId};
+  const std::vector<float> weights = {0.7f, 0.3f, 1.f, 0.5f};
+  std::vector<uint16_t> got(2 * c.hidden), want(2 * c.hidden);
+  moe.forward_routed(hidden.data(), ids.data(), weights.data(), 2, got.data(), nullptr, 0);
+  const MoeRunner local(shard.local, slice_layer(shard, whole).view(), test::reference_options(4));
+  const std::vector<int32_t> local_ids = {1, kDroppedPairId, 2, kDroppedPairId};
+  local.forward_routed(hidden.data(), local_ids.data(), weights.data(), 2, want.data(), nullptr, 0);
+  EXPECT_EQ(got, want);
+  const std::vector<int32_t> bad = {5, 8, 6, 7};
+  expect_error_naming([&] { moe.forward_routed(hidden.data(), bad.data(), weights.data(), 2, got.data(), nullptr, 0); },
+                      "topk_ids[0, 1] = 8");
+}
+
+// What a shard refuses, naming it: whole-layer weights, too few experts on an expert-parallel rank for
+// k, fp32 partials and too many tokens.
+TEST_F(ShardTest, ShardedMoeErrorsNameTheArgument) {
+  const MoeConfig c = make_config(9, 2, 64, 64);
+  const MoeLayerData whole = MoeLayerData::random(c, seed_);
+  const RunnerOptions options = test::reference_options(4);
+  const LayerShard tp = resolve_shard(c, ShardSpec::tensor(0, 2));
+  expect_error_naming([&] { ShardedMoe(tp, whole.view(), options); }, "MoeWeights");
+  const LayerShard ep = resolve_shard(c, ShardSpec::expert(4, 5));  // 9 experts over 5 ranks: rank 4 has 1
+  expect_error_naming([&] { ShardedMoe(ep, slice_layer(ep, whole).view(), options); }, "world_size <= E / k");
+  const ShardedMoe moe(tp, slice_layer(tp, whole).view(), options);
+  const auto hidden = random_hidden(5, c.hidden);
+  const auto logits = random_logits(5, c.num_experts);
+  std::vector<float> f32(5 * c.hidden);
+  std::vector<uint16_t> out(5 * c.hidden);
+  expect_error_naming([&] { moe.forward_partial_f32(hidden.data(), logits.data(), 1, f32.data(), nullptr, 0); },
+                      "GPU backend");
+  expect_error_naming([&] { moe.forward_partial(hidden.data(), logits.data(), 5, out.data(), nullptr, 0); },
+                      "max_tokens = 4");
+  expect_error_naming([&] { moe.forward_data_parallel(hidden.data(), logits.data(), 1, out.data(), nullptr, 0); },
+                      "no communicator");
 }
 
 }  // namespace

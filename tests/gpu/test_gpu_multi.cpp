@@ -1,5 +1,6 @@
-// Several GPUs (issue 45): one process drives every GPU, the ranks' communicators from ncclCommInitAll
-// and their forwards issued in one NCCL group. Tensor- and expert-parallel shards of random
+// Several GPUs (issue 45): one process drives every GPU, the ranks' communicators from ncclCommInitAll;
+// their forwards issued by one thread in one NCCL group, or by one thread per rank (graphs, and the
+// data-parallel forward). Tensor- and expert-parallel shards of random
 // checkpoint-like gpt-oss layers, summed by ShardedMoe's all-reduce, against the one-GPU output of the
 // same layer and the fp64 reference. Skips itself (with the reason) below 2 GPUs or without NCCL.
 #include <cuda_runtime.h>
@@ -15,29 +16,10 @@
 #include <nccl.h>
 #endif
 
-#include "gpu/gpu_test_support.hpp"
-#include "mxmoe/shard.hpp"
-#include "mxmoe/sharded_moe.hpp"
+#include "gpu/multi_test_support.hpp"
 
 namespace mxmoe::test {
 namespace {
-
-int gpu_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return n;
-}
-
-#define MXMOE_SKIP_WITHOUT_GPUS(world)                                                                  \
-  do {                                                                                                  \
-    MXMOE_SKIP_WITHOUT_GPU();                                                                           \
-    if (!::mxmoe::nccl_available()) GTEST_SKIP() << "this build has no NCCL (MXMOE_NCCL_ROOT)";          \
-    if (gpu_count() < (world))                                                                          \
-      GTEST_SKIP() << "needs " << (world) << " GPUs, found " << gpu_count();                            \
-  } while (0)
 
 // MoeRunner::forward_f32 (the fp32 partials' source) rounded to bf16 is forward()'s output, bit for bit,
 // on every plan of the auto backend (the GEMV plans then combine in their own kernel).
@@ -70,63 +52,6 @@ TEST(GpuF32Output, RoundsToTheForwardBits) {
 
 #if MXMOE_HAVE_NCCL
 
-void nccl_ok(ncclResult_t r) { ASSERT_EQ(r, ncclSuccess) << ncclGetErrorString(r); }
-
-// A world of `n` ranks on GPUs 0 .. n-1: one communicator and one stream each.
-struct World {
-  explicit World(int n) : comms(n), streams(n) {
-    std::vector<int> devices(n);
-    for (int r = 0; r < n; ++r) devices[r] = r;
-    nccl_ok(ncclCommInitAll(comms.data(), n, devices.data()));
-    for (int r = 0; r < n; ++r) {
-      MXMOE_CUDA_CHECK(cudaSetDevice(r));
-      MXMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking));
-    }
-    MXMOE_CUDA_CHECK(cudaSetDevice(0));
-  }
-  ~World() {
-    for (size_t r = 0; r < comms.size(); ++r) {
-      cudaSetDevice(static_cast<int>(r));
-      cudaStreamDestroy(streams[r]);
-      ncclCommDestroy(comms[r]);
-    }
-    cudaSetDevice(0);
-  }
-  int size() const { return static_cast<int>(comms.size()); }
-  std::vector<ncclComm_t> comms;
-  std::vector<cudaStream_t> streams;
-};
-
-// One rank: its ShardedMoe and its device buffers, on GPU `rank`.
-struct Rank {
-  std::unique_ptr<ShardedMoe> moe;
-  DeviceBuffer hidden, logits, out, workspace;
-};
-
-struct Sharded {
-  std::vector<Rank> ranks;
-};
-
-Sharded make_sharded(World& world, const MoeConfig& config, const MoeLayerData& whole, ShardMode mode,
-                     int64_t max_tokens, std::vector<ShardSpec> specs = {}, bool fp32_partials = false) {
-  Sharded s;
-  for (int r = 0; r < world.size(); ++r) {
-    MXMOE_CUDA_CHECK(cudaSetDevice(r));
-    const ShardSpec spec = !specs.empty()                ? specs[r]
-                           : mode == ShardMode::Tensor ? ShardSpec::tensor(r, world.size())
-                                                       : ShardSpec::expert(r, world.size());
-    const LayerShard shard = resolve_shard(config, spec);
-    const MoeLayerData part = slice_layer(shard, whole);
-    Rank rank;
-    rank.moe = std::make_unique<ShardedMoe>(shard, part.view(), gemv_options(max_tokens, Backend::Auto), world.comms[r],
-                                            fp32_partials);
-    rank.workspace = DeviceBuffer(std::max<size_t>(rank.moe->workspace_bytes(), 1));
-    s.ranks.push_back(std::move(rank));
-  }
-  MXMOE_CUDA_CHECK(cudaSetDevice(0));
-  return s;
-}
-
 // The layer's output through every rank (poisoned outputs and workspaces first); every rank's copy of
 // it must be the same bits (the all-reduce gives each rank the sum). `graph`: captured and replayed.
 std::vector<uint16_t> run_sharded(World& world, Sharded& s, const std::vector<uint16_t>& hidden,
@@ -142,8 +67,8 @@ std::vector<uint16_t> run_sharded(World& world, Sharded& s, const std::vector<ui
     MXMOE_CUDA_CHECK(cudaMemset(k.workspace.get(), 0xFF, k.workspace.bytes()));
     MXMOE_CUDA_CHECK(cudaDeviceSynchronize());
   }
-  // One thread drives every rank: their forwards and collectives in one NCCL group (forward_ranks).
-  auto issue = [&] {
+  if (!graph) {
+    // One thread drives every rank: their forwards and collectives in one NCCL group (forward_ranks).
     std::vector<const ShardedMoe*> moes;
     std::vector<ShardedMoe::RankForward> io;
     for (int r = 0; r < world.size(); ++r) {
@@ -153,33 +78,28 @@ std::vector<uint16_t> run_sharded(World& world, Sharded& s, const std::vector<ui
                     k.workspace.bytes(), world.streams[r]});
     }
     ShardedMoe::forward_ranks(moes, io, tokens);
-  };
-  if (!graph) {
-    issue();
   } else {
+    // One thread per rank, as engines run (one process per GPU): each captures its own forward, all-reduce
+    // included, and replays it. Every graph is uploaded before any is launched: a first launch that
+    // allocates on one GPU while a peer's NCCL kernel waits for it can deadlock.
     std::vector<cudaGraph_t> graphs(world.size());
     std::vector<cudaGraphExec_t> execs(world.size());
-    for (int r = 0; r < world.size(); ++r) {
-      MXMOE_CUDA_CHECK(cudaSetDevice(r));
+    on_ranks(world.size(), [&](int r) {
+      Rank& k = s.ranks[r];
       MXMOE_CUDA_CHECK(cudaStreamBeginCapture(world.streams[r], cudaStreamCaptureModeThreadLocal));
-    }
-    issue();
-    for (int r = 0; r < world.size(); ++r) {
-      MXMOE_CUDA_CHECK(cudaSetDevice(r));
+      k.moe->forward(k.hidden.get<uint16_t>(), k.logits.get<float>(), tokens, k.out.get<uint16_t>(), k.workspace.get(),
+                     k.workspace.bytes(), world.streams[r]);
       MXMOE_CUDA_CHECK(cudaStreamEndCapture(world.streams[r], &graphs[r]));
       MXMOE_CUDA_CHECK(cudaGraphInstantiate(&execs[r], graphs[r], 0));
-    }
-    for (int replay = 0; replay < 3; ++replay)
-      for (int r = 0; r < world.size(); ++r) {
-        MXMOE_CUDA_CHECK(cudaSetDevice(r));
-        MXMOE_CUDA_CHECK(cudaGraphLaunch(execs[r], world.streams[r]));
-      }
-    for (int r = 0; r < world.size(); ++r) {
-      MXMOE_CUDA_CHECK(cudaSetDevice(r));
+      MXMOE_CUDA_CHECK(cudaGraphUpload(execs[r], world.streams[r]));
+      MXMOE_CUDA_CHECK(cudaStreamSynchronize(world.streams[r]));
+    });
+    on_ranks(world.size(), [&](int r) {
+      for (int replay = 0; replay < 3; ++replay) MXMOE_CUDA_CHECK(cudaGraphLaunch(execs[r], world.streams[r]));
       MXMOE_CUDA_CHECK(cudaStreamSynchronize(world.streams[r]));
       MXMOE_CUDA_CHECK(cudaGraphExecDestroy(execs[r]));
       MXMOE_CUDA_CHECK(cudaGraphDestroy(graphs[r]));
-    }
+    });
   }
   std::vector<uint16_t> out0;
   for (int r = 0; r < world.size(); ++r) {
@@ -282,8 +202,8 @@ INSTANTIATE_TEST_SUITE_P(Worlds, GpuMulti,
                          });
 
 // Expert-parallel where every token picks experts of rank 0 only: rank 1's experts get no tokens, and at
-// T = 1 rank 1 owns none of the token's experts; its partial is an exact zero, so the sum is rank 0's.
-// Also the same through a captured CUDA graph, replayed.
+// T = 1 rank 1 owns none of the token's experts (every pair dropped in its route); its partial is an
+// exact zero, so the sum is rank 0's. Also the same through CUDA graphs, one thread per rank.
 TEST(GpuMultiEdges, ExpertsWithoutTokensAndARankWithoutTheTokensExperts) {
   MXMOE_SKIP_WITHOUT_GPUS(2);
   const uint64_t seed = fresh_seed();

@@ -2,8 +2,8 @@
 // from the logits, it gives forward()'s bits on every backend and forced plan (GEMV routed inside its
 // GEMMs at T = 1..4, its fused and cluster combines, the tensor-core and wgmma tiles at T = 1000 and
 // 4096), int32 and int64 ids; against the fp64 reference; in a CUDA graph; one expert taking every
-// token; and ids that are not k distinct experts in range give NaN rows, never a fault. Skips itself
-// without a GPU.
+// token; ids of -1 drop their pairs; and ids that are not k distinct experts in range give NaN rows,
+// never a fault. Skips itself without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -240,7 +240,7 @@ TEST(GpuRoutedPlans, BadIdsGiveNanRowsOnly) {
       ids[0 * 4 + 2] = cfg.num_experts;       // token 0: out of range
       ids[2 * 4 + 1] = ids[2 * 4 + 3];        // token 2: an expert twice
       if (tokens > 3) {
-        ids[4 * 4 + 0] = -1;                  // token 4: negative
+        ids[4 * 4 + 0] = -2;                  // token 4: negative (not -1, which drops the pair)
         ids[7 * 4 + 3] = int64_t{1} << 33;    // token 7: beyond int32 (0 once narrowed)
       }
       const auto got = run_routed(runner, hidden, ids, good.weights, tokens);
@@ -255,6 +255,52 @@ TEST(GpuRoutedPlans, BadIdsGiveNanRowsOnly) {
         }
       }
     }
+  }
+}
+
+// Ids of -1 drop their pairs (vLLM's expert-parallel convention): against the fp64 reference routed
+// the same way, on every plan kind (GEMV routed locally at T = 3 and by the route kernel at T = 9, its
+// fused combine, the plain, swap-AB and wgmma tiles at T = 64 and 1000, the MX path); a token with every
+// pair dropped is an exact zero row, and a layer whose every pair is dropped writes zeros everywhere.
+TEST(GpuRoutedPlans, DroppedPairsAddNothing) {
+  MXMOE_SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const MoeConfig cfg = make_config(16, 4, 256, 192);
+  const MoeLayerData layer = MoeLayerData::random(cfg, seed);
+  struct Run {
+    Backend backend;
+    const char* plan;
+    int64_t tokens;
+  };
+  for (const Run& run : {Run{Backend::Gemv, "", 3}, Run{Backend::Gemv, "local_route=0,fused_combine=8", 3},
+                         Run{Backend::Gemv, "", 9}, Run{Backend::Mma, "mma=64", 64}, Run{Backend::Mma, "mma=swap32", 64},
+                         Run{Backend::Mma, "mma=wgmma64", 1000}, Run{Backend::Mma, "mma=64", 1000},
+                         Run{Backend::MxEmulated, "", 64}}) {
+    const std::optional<MoeRunner> runner = try_runner(cfg, layer, run.tokens, run.backend, run.plan);
+    if (!runner) continue;
+    const int64_t tokens = run.tokens;
+    SCOPED_TRACE(to_string(run.backend) + " '" + run.plan + "', T = " + std::to_string(tokens) + ": " +
+                 runner->describe_plan(tokens));
+    const auto hidden = random_hidden(tokens, cfg.hidden, rng);
+    Routing r = gpu_route(cfg, random_logits(tokens, cfg.num_experts, rng), tokens);
+    std::bernoulli_distribution drop(0.4);
+    for (int32_t& id : r.ids)
+      if (drop(rng)) id = kDroppedPairId;
+    for (int s = 0; s < cfg.top_k; ++s) r.ids[static_cast<size_t>(cfg.top_k + s)] = kDroppedPairId;  // token 1
+    const auto got = run_routed(*runner, hidden, r.ids, r.weights, tokens);
+    for (int64_t j = 0; j < cfg.hidden; ++j) ASSERT_EQ(got[static_cast<size_t>(cfg.hidden + j)], 0) << "token 1, " << j;
+    std::vector<double> ref(hidden.size());
+    ReferenceOptions mx;
+    mx.mxfp8_gemm1_input = mx.mxfp8_gemm2_input = backend_uses_mxfp8(runner->backend());
+    reference_moe_routed_f64(cfg, layer.view(), hidden, r.ids, r.weights, tokens, ref, mx);
+    const ErrorStats e = compare(got, ref);
+    EXPECT_EQ(e.nan_count, 0) << "unwritten or non-finite outputs";
+    EXPECT_LE(e.rel, 1e-2) << "relative error to the fp64 reference; worst element " << e.worst;
+    std::fill(r.ids.begin(), r.ids.end(), kDroppedPairId);
+    const auto none = run_routed(*runner, hidden, r.ids, r.weights, tokens);
+    EXPECT_TRUE(std::all_of(none.begin(), none.end(), [](uint16_t v) { return v == 0; })) << "every pair dropped";
   }
 }
 

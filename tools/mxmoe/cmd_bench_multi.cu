@@ -1,6 +1,6 @@
 // `mxmoe bench-multi`: one MoE layer sharded over N GPUs of this host (tensor- or expert-parallel, tokens
-// replicated), one process driving them through NCCL. Per batch size, graph-captured and replayed as
-// `mxmoe bench` times: the one-GPU layer (GPU 0), each rank's partial without the collective (the slowest
+// replicated), one process driving them through NCCL, one thread per GPU. Per batch size, graph-captured
+// and replayed as `mxmoe bench` times: the one-GPU layer (GPU 0), each rank's partial without the collective (the slowest
 // rank: what an engine that reduces itself sees), the layer with the all-reduce, and the all-reduce alone
 // with its bytes; scaling efficiency = one-GPU time / (N x layer time). Layers are rotated so that a shard
 // small enough for L2 is not flattered.
@@ -11,12 +11,14 @@
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
+#include <exception>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli_common.hpp"
@@ -50,59 +52,85 @@ struct RankState {
   cudaStream_t stream = nullptr;
 };
 
-// Replays graphs (one per listed device, captured together by `body`) and returns the median over
-// `iterations` of the slowest device's replay, in ms.
+// fn(device) on one thread per listed device, each on its GPU; returns when all are done and rethrows
+// the first exception. One thread per rank, as engines run: a single thread launching several GPUs'
+// NCCL graphs in turn can deadlock against a peer's waiting NCCL kernel.
+template <class Fn>
+void on_devices(const std::vector<int>& devices, Fn&& fn) {
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(devices.size());
+  for (size_t i = 0; i < devices.size(); ++i)
+    threads.emplace_back([&, i] {
+      try {
+        MXMOE_CUDA_CHECK(cudaSetDevice(devices[i]));
+        fn(devices[i]);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+// Runs body(device) once and captures it on each listed device's stream (its own thread), uploads the
+// graphs, replays them together and returns the median over `iterations` of the slowest device's replay, in ms.
 template <class Body>
 double time_graphs(const std::vector<int>& devices, std::vector<RankState>& ranks, const MultiOptions& o, Body&& body) {
-  const size_t n = devices.size();
+  const size_t n = ranks.size();
   std::vector<cudaGraph_t> graphs(n);
   std::vector<cudaGraphExec_t> execs(n);
   std::vector<cudaEvent_t> start(n), stop(n);
-  for (size_t i = 0; i < n; ++i) {
-    MXMOE_CUDA_CHECK(cudaSetDevice(devices[i]));
-    MXMOE_CUDA_CHECK(cudaStreamBeginCapture(ranks[devices[i]].stream, cudaStreamCaptureModeThreadLocal));
-  }
-  body();
-  for (size_t i = 0; i < n; ++i) {
-    MXMOE_CUDA_CHECK(cudaSetDevice(devices[i]));
-    MXMOE_CUDA_CHECK(cudaStreamEndCapture(ranks[devices[i]].stream, &graphs[i]));
-    MXMOE_CUDA_CHECK(cudaGraphInstantiate(&execs[i], graphs[i], 0));
-    MXMOE_CUDA_CHECK(cudaEventCreate(&start[i]));
-    MXMOE_CUDA_CHECK(cudaEventCreate(&stop[i]));
-  }
-  auto replay = [&](bool timed) {
-    for (size_t i = 0; i < n; ++i) {
-      MXMOE_CUDA_CHECK(cudaSetDevice(devices[i]));
-      if (timed) MXMOE_CUDA_CHECK(cudaEventRecord(start[i], ranks[devices[i]].stream));
-      MXMOE_CUDA_CHECK(cudaGraphLaunch(execs[i], ranks[devices[i]].stream));
-      if (timed) MXMOE_CUDA_CHECK(cudaEventRecord(stop[i], ranks[devices[i]].stream));
-    }
-    double worst = 0;
-    for (size_t i = 0; i < n; ++i) {
-      MXMOE_CUDA_CHECK(cudaSetDevice(devices[i]));
-      MXMOE_CUDA_CHECK(cudaStreamSynchronize(ranks[devices[i]].stream));
-      if (timed) {
+  on_devices(devices, [&](int d) {
+    cudaStream_t s = ranks[d].stream;
+    // Once eagerly first: NCCL connects its channels at a communicator's first collective of a kind,
+    // which it cannot do inside a capture.
+    body(d);
+    MXMOE_CUDA_CHECK(cudaStreamSynchronize(s));
+    MXMOE_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    body(d);
+    MXMOE_CUDA_CHECK(cudaStreamEndCapture(s, &graphs[d]));
+    MXMOE_CUDA_CHECK(cudaGraphInstantiate(&execs[d], graphs[d], 0));
+    MXMOE_CUDA_CHECK(cudaGraphUpload(execs[d], s));
+    MXMOE_CUDA_CHECK(cudaEventCreate(&start[d]));
+    MXMOE_CUDA_CHECK(cudaEventCreate(&stop[d]));
+    MXMOE_CUDA_CHECK(cudaStreamSynchronize(s));
+  });
+  // `count` replays on every device; with `timed`, the slowest device's time of each.
+  auto replays = [&](int count, std::vector<double>* times) {
+    std::vector<std::vector<float>> per(n);
+    on_devices(devices, [&](int d) {
+      cudaStream_t s = ranks[d].stream;
+      for (int i = 0; i < count; ++i) {
+        if (times != nullptr) MXMOE_CUDA_CHECK(cudaEventRecord(start[d], s));
+        MXMOE_CUDA_CHECK(cudaGraphLaunch(execs[d], s));
+        if (times == nullptr) continue;
+        MXMOE_CUDA_CHECK(cudaEventRecord(stop[d], s));
+        MXMOE_CUDA_CHECK(cudaEventSynchronize(stop[d]));
         float ms = 0;
-        MXMOE_CUDA_CHECK(cudaEventElapsedTime(&ms, start[i], stop[i]));
-        worst = std::max(worst, static_cast<double>(ms));
+        MXMOE_CUDA_CHECK(cudaEventElapsedTime(&ms, start[d], stop[d]));
+        per[d].push_back(ms);
       }
-    }
-    return worst;
+      MXMOE_CUDA_CHECK(cudaStreamSynchronize(s));
+    });
+    if (times != nullptr)
+      for (int i = 0; i < count; ++i) {
+        double worst = 0;
+        for (int d : devices) worst = std::max(worst, static_cast<double>(per[d][i]));
+        times->push_back(worst);
+      }
   };
   const auto warm_start = std::chrono::steady_clock::now();
-  for (int i = 0; i < 3 || std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - warm_start)
-                                   .count() < o.warmup_ms;
-       ++i)
-    replay(false);
+  do replays(3, nullptr);
+  while (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - warm_start).count() < o.warmup_ms);
   std::vector<double> times;
-  for (int i = 0; i < o.iterations; ++i) times.push_back(replay(true));
-  for (size_t i = 0; i < n; ++i) {
-    MXMOE_CUDA_CHECK(cudaSetDevice(devices[i]));
-    cudaEventDestroy(start[i]);
-    cudaEventDestroy(stop[i]);
-    cudaGraphExecDestroy(execs[i]);
-    cudaGraphDestroy(graphs[i]);
-  }
+  replays(o.iterations, &times);
+  on_devices(devices, [&](int d) {
+    cudaEventDestroy(start[d]);
+    cudaEventDestroy(stop[d]);
+    cudaGraphExecDestroy(execs[d]);
+    cudaGraphDestroy(graphs[d]);
+  });
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
 }
@@ -121,16 +149,22 @@ int run_bench_multi(const MultiOptions& o) {
   std::vector<RankState> ranks(static_cast<size_t>(o.gpus));
   std::vector<std::unique_ptr<MoeRunner>> single;  // the one-GPU layers, on GPU 0
   DeviceBuffer single_workspace;
+  // One random layer, uploaded o.layers times: the rotation is about addresses (L2), not values, and
+  // generating gpt-oss-120b's 1.7 GB layer once keeps the set-up within seconds.
+  const MoeLayerData whole = MoeLayerData::random(config, o.seed);
+  std::vector<MoeLayerData> parts;
+  for (int r = 0; r < o.gpus; ++r) {
+    const ShardSpec spec = mode == ShardMode::Tensor ? ShardSpec::tensor(r, o.gpus) : ShardSpec::expert(r, o.gpus);
+    parts.push_back(slice_layer(resolve_shard(config, spec), whole));
+  }
   for (int j = 0; j < o.layers; ++j) {
-    const MoeLayerData whole = MoeLayerData::random(config, o.seed + static_cast<uint64_t>(j));
     MXMOE_CUDA_CHECK(cudaSetDevice(0));
     single.push_back(std::make_unique<MoeRunner>(config, whole.view(), options));
     for (int r = 0; r < o.gpus; ++r) {
       MXMOE_CUDA_CHECK(cudaSetDevice(r));
       const ShardSpec spec = mode == ShardMode::Tensor ? ShardSpec::tensor(r, o.gpus) : ShardSpec::expert(r, o.gpus);
       const LayerShard shard = resolve_shard(config, spec);
-      ranks[r].layers.push_back(
-          std::make_unique<ShardedMoe>(shard, slice_layer(shard, whole).view(), options, world.comm(r), o.fp32));
+      ranks[r].layers.push_back(std::make_unique<ShardedMoe>(shard, parts[r].view(), options, world.comm(r), o.fp32));
     }
   }
   const size_t hidden_bytes = static_cast<size_t>(max_tokens) * config.hidden * 2;
@@ -174,41 +208,28 @@ int run_bench_multi(const MultiOptions& o) {
   for (int r = 0; r < o.gpus; ++r) all[r] = r;
   for (int64_t t : o.tokens) {
     const double per = 1e3 / o.layers;  // ms per replay of all layers -> us per layer
-    const double one = per * time_graphs({0}, ranks, o, [&] {
+    const double one = per * time_graphs({0}, ranks, o, [&](int) {
       for (const auto& l : single)
         l->forward(ranks[0].hidden.get<uint16_t>(), ranks[0].logits.get<float>(), t, ranks[0].out.get<uint16_t>(),
                    single_workspace.get(), single_workspace.bytes(), ranks[0].stream);
     });
     double partial = 0;
     for (int r = 0; r < o.gpus; ++r) {
-      RankState& k = ranks[r];
-      partial = std::max(partial, per * time_graphs({r}, ranks, o, [&] {
+      partial = std::max(partial, per * time_graphs({r}, ranks, o, [&](int d) {
+                           RankState& k = ranks[d];
                            for (const auto& l : k.layers)
                              l->forward_partial(k.hidden.get<uint16_t>(), k.logits.get<float>(), t,
                                                 k.out.get<uint16_t>(), k.workspace.get(), k.workspace.bytes(), k.stream);
                          }));
     }
-    const double layer = per * time_graphs(all, ranks, o, [&] {
-      for (int j = 0; j < o.layers; ++j) {
-        std::vector<const ShardedMoe*> moes;
-        std::vector<ShardedMoe::RankForward> io;
-        for (RankState& k : ranks) {
-          moes.push_back(k.layers[j].get());
-          io.push_back({k.hidden.get<uint16_t>(), k.logits.get<float>(), k.out.get<uint16_t>(), k.workspace.get(),
-                        k.workspace.bytes(), k.stream});
-        }
-        ShardedMoe::forward_ranks(moes, io, t);
-      }
+    const double layer = per * time_graphs(all, ranks, o, [&](int d) {
+      RankState& k = ranks[d];
+      for (const auto& l : k.layers)
+        l->forward(k.hidden.get<uint16_t>(), k.logits.get<float>(), t, k.out.get<uint16_t>(), k.workspace.get(),
+                   k.workspace.bytes(), k.stream);
     });
-    const double collective = per * time_graphs(all, ranks, o, [&] {
-      for (int j = 0; j < o.layers; ++j) {
-        nccl_group_start();
-        for (int r = 0; r < o.gpus; ++r) {
-          MXMOE_CUDA_CHECK(cudaSetDevice(r));
-          ranks[r].layers[j]->all_reduce(ranks[r].out.get<uint16_t>(), t, ranks[r].stream);
-        }
-        nccl_group_end();
-      }
+    const double collective = per * time_graphs(all, ranks, o, [&](int d) {
+      for (const auto& l : ranks[d].layers) l->all_reduce(ranks[d].out.get<uint16_t>(), t, ranks[d].stream);
     });
     // The collective alone is the bf16 all-reduce (fp32 partials move twice these bytes inside `layer`).
     const double bytes = static_cast<double>(t) * config.hidden * 2;
@@ -217,7 +238,7 @@ int run_bench_multi(const MultiOptions& o) {
               << partial << std::setprecision(3) << std::setw(9) << partial / one << std::setprecision(1)
               << std::setw(12) << layer << std::setprecision(3) << std::setw(9) << layer / one << std::setprecision(1)
               << std::setw(12) << collective << std::setw(12) << std::setprecision(0) << bytes << std::setprecision(3)
-              << std::setw(8) << collective / layer << std::setw(8) << efficiency << "\n";
+              << std::setw(8) << collective / layer << std::setw(8) << efficiency << std::endl;
     nlohmann::ordered_json row;
     row["tokens"] = t;
     row["one_gpu_us"] = one;

@@ -75,7 +75,9 @@ __device__ void cluster_combine(const GemvArgs& a, const Routing& local, int col
     const int t = i / quads, c = (i % quads) * 4;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int s = 0; s < a.top_k; ++s) {
-      const float4 v = *reinterpret_cast<const float4*>(&rows.v[local.pair_row[t * a.top_k + s]][c]);
+      const int row = local.pair_row[t * a.top_k + s];
+      if (row < 0) continue;  // a dropped pair
+      const float4 v = *reinterpret_cast<const float4*>(&rows.v[row][c]);
       acc.x += v.x;
       acc.y += v.y;
       acc.z += v.z;

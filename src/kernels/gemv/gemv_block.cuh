@@ -311,21 +311,28 @@ __device__ inline void local_routing(const GemvArgs& a, LocalRouting& r) {
       int id;
       float w;
       routing::load_routed_pairs(a.topk_ids, a.ids64, a.topk_weights, 0, pairs, a.top_k, a.experts, lane, id, w);
-      if (lane < pairs) {
+      if (lane < pairs && id != kDroppedPairId) {
         e = id;
         weight = w;
       }
     } else {
       local_pairs_from_logits(a, lane, e, weight);
     }
+    // A dropped pair keeps e = INT_MAX: below no live pair, and no row of its own.
+    const bool live = lane < pairs && e != INT_MAX;
     // Pairs with a lower expert (below), and earlier pairs of the same expert (rank_same).
     unsigned below = 0;
     for (int j = 0; j < pairs; ++j) below |= static_cast<unsigned>(__shfl_sync(0xffffffffu, e, j) < e) << j;
-    const unsigned valid = pairs >= 32 ? ~0u : (1u << pairs) - 1u;
+    const unsigned valid = __ballot_sync(0xffffffffu, live);
     const unsigned same = __match_any_sync(0xffffffffu, e) & valid;
     const int rank_same = __popc(same & ((1u << lane) - 1u));
-    const unsigned heads = __ballot_sync(0xffffffffu, lane < pairs && rank_same == 0);
-    if (lane < pairs) {
+    const unsigned heads = __ballot_sync(0xffffffffu, live && rank_same == 0);
+    if (lane < pairs && !live) {
+      r.ids[lane] = kDroppedPairId;
+      r.weights[lane] = 0.f;
+      r.pair_row[lane] = -1;  // the combines skip it
+    }
+    if (live) {
       const int row = __popc(below) + rank_same;
       r.ids[lane] = e;
       r.weights[lane] = weight;
@@ -356,6 +363,7 @@ __device__ void combine_columns(const GemvArgs& a, const LocalRouting* local, in
     for (int s = 0; s < a.top_k; ++s) {
       const int p = t * a.top_k + s;
       const int64_t row = local ? local->pair_row[p] : a.pair_row[p];
+      if (row < 0) continue;  // a dropped pair
       // Rows of other blocks of this grid: read at L2, past any stale L1 line.
       const float4 v = __ldcg(reinterpret_cast<const float4*>(rows + row * a.n + col));
       acc.x += v.x;

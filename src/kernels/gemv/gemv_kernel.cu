@@ -123,6 +123,12 @@ __global__ void __launch_bounds__(32 * warps_for(kNb), min_blocks_for(kNb))
   }
   if (!active) {
     if (counted && chain_block) cudaGridDependencySynchronize();  // see the end of the kernel
+    // Slot 0 idle: no pair is live (every one dropped), so no block would combine; slot 0's blocks write
+    // the zero rows of their columns (combine_columns skips every dropped pair).
+    if (!kGemm1 && slot == 0 && blockIdx.z == 0 && a.combine_out != nullptr) {
+      const int cols = tiles_per_block * kTileRows;
+      combine_columns<kThreads>(a, local ? &local_route : nullptr, static_cast<int>(blockIdx.x) * cols, cols);
+    }
     return;
   }
   if (counted) kernels::block_wait_count(&a.slot_done[slot], a.gemm1_blocks_per_slot);

@@ -15,9 +15,10 @@ constexpr int kThreads = 256;
 
 __global__ void __launch_bounds__(kThreads)
     chunk_order_kernel(const uint16_t* in, uint4* out, int64_t groups, int k, int groups_per_row, const int32_t* row_pair,
-                       int top_k) {
+                       int top_k, const int32_t* live_rows) {
   cudaGridDependencySynchronize();  // `in` and `row_pair` may come from the predecessors
   cudaTriggerProgrammaticLaunchCompletion();
+  if (live_rows != nullptr) groups = min(groups, int64_t{*live_rows} * groups_per_row);
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < groups; i += int64_t{gridDim.x} * kThreads) {
     const int64_t row = i / groups_per_row;
     const int gi = static_cast<int>(i % groups_per_row);
@@ -44,7 +45,7 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 void to_chunk_order(const uint16_t* in, uint16_t* out, int64_t rows, int k, cudaStream_t stream, const int32_t* row_pair,
-                    int top_k) {
+                    int top_k, const int32_t* live_rows) {
   MXMOE_REQUIRE(k > 0, "to_chunk_order: k must be positive, got ", k);
   MXMOE_REQUIRE(top_k > 0, "to_chunk_order: top_k must be positive, got ", top_k);
   MXMOE_REQUIRE(rows >= 0, "to_chunk_order: rows must not be negative, got ", rows);
@@ -54,7 +55,7 @@ void to_chunk_order(const uint16_t* in, uint16_t* out, int64_t rows, int k, cuda
   if (groups == 0) return;
   const int blocks = static_cast<int>(std::min<int64_t>((groups + kThreads - 1) / kThreads, 4096));
   kernels::launch_with_pdl(chunk_order_kernel, dim3(blocks), dim3(kThreads), 0, stream, in,
-                           reinterpret_cast<uint4*>(out), groups, k, groups_per_row, row_pair, top_k);
+                           reinterpret_cast<uint4*>(out), groups, k, groups_per_row, row_pair, top_k, live_rows);
 }
 
 }  // namespace mxmoe::sm90

@@ -51,9 +51,11 @@ constexpr int row_position(int k, int64_t row_k) {
 
 // out [rows, padded_k(k)] = in [rows, k] in chunk order, zeros past k; 16-byte aligned buffers. With
 // row_pair (the routing's sorted row -> pair), out row r is in row row_pair[r] / top_k instead: the
-// tokens expanded to their sorted rows, as the wgmma tiles' tensor copies read GEMM1's input.
+// tokens expanded to their sorted rows, as the wgmma tiles' tensor copies read GEMM1's input; with
+// live_rows too (device, the routing's row count expert_offsets[E]), rows from *live_rows on are left
+// as they are (dropped pairs make fewer rows than T * k, and their row_pair entries are stale).
 // Launched with programmatic dependent launch (it waits for its predecessor before reading).
 void to_chunk_order(const uint16_t* in, uint16_t* out, int64_t rows, int k, cudaStream_t stream,
-                    const int32_t* row_pair = nullptr, int top_k = 1);
+                    const int32_t* row_pair = nullptr, int top_k = 1, const int32_t* live_rows = nullptr);
 
 }  // namespace mxmoe::sm90
