@@ -1,4 +1,4 @@
-"""Timing as `mxmoe bench` does it (tools/mxmoe/cmd_bench.cu, time_graph): one CUDA graph holds the
+"""Timing as `mxmoe bench` does it (tools/mxmoe/bench_timing.cpp, time_graph): one CUDA graph holds the
 forwards of all rotated layers; untimed replays for at least `warmup_ms` and at least `warmup` of them,
 each waited for; then `iterations` replays, each between two CUDA events; the median. A forward that
 cannot be captured (host syncs) is timed the same way without the graph, and the record says so."""

@@ -11,6 +11,7 @@
 #include "mxmoe/error.hpp"
 #include "mxmoe/formats.hpp"
 #include "mxmoe/reference.hpp"
+#include "reference/fp8_model.hpp"
 #include "reference/routed_reference.hpp"
 
 namespace mxmoe {
@@ -30,6 +31,16 @@ struct Mxfp4Matrix {
   const uint8_t* blocks;  // [rows, cols/32, 16]
   const uint8_t* scales;  // [rows, cols/32]
   int64_t cols;
+
+  // Row r as the GEMM sees it: exact doubles, e2m1 value * 2^(scale-127) (a 0xFF scale gives NaN), or
+  // with `e4m3`, those values through e4m3 with the row's offset (W4A8, fp8_model.hpp).
+  void row(int64_t r, const std::array<double, 16>& e2m1, bool e4m3, double* out) const {
+    dequantize_row(r, e2m1, out);
+    if (!e4m3) return;
+    const int64_t nblocks = cols / kMxBlock;
+    fp8::e4m3_weight_row(std::span(out, static_cast<size_t>(cols)),
+                         fp8::row_exponent(std::span(scales + r * nblocks, static_cast<size_t>(nblocks))));
+  }
 
   // Row r as exact doubles: e2m1 value * 2^(scale-127); a 0xFF scale gives NaN.
   void dequantize_row(int64_t r, const std::array<double, 16>& e2m1, double* out) const {
@@ -129,6 +140,7 @@ void reference_moe_routed_f64(const MoeConfig& config, const MoeWeights& weights
     std::span<float> row(row_f.data(), static_cast<size_t>(h));
     for (int64_t j = 0; j < h; ++j) row[static_cast<size_t>(j)] = bf16_to_float(hidden[static_cast<size_t>(t * h + j)]);
     if (options.mxfp8_gemm1_input) mxfp8_round_trip(row, options.scale_rule);
+    if (options.fp8_gemm1_input) fp8::row_round_trip(row);
     std::copy(row.begin(), row.end(), x.begin() + t * h);
   }
 
@@ -161,7 +173,7 @@ void reference_moe_routed_f64(const MoeConfig& config, const MoeWeights& weights
 
       // GEMM1 + bias: h1[p, r] = W1[e][r, :] . x[token(p)] + b1[e][r].
       for (int64_t r = 0; r < w1_rows; ++r) {
-        w1.dequantize_row(r, e2m1, w_row.data());
+        w1.row(r, e2m1, options.fp8_weights, w_row.data());
         const double bias = b1 ? bf16_to_float(b1[r]) : 0.0;
         for (size_t p = 0; p < n; ++p)
           h1[p * static_cast<size_t>(w1_rows) + static_cast<size_t>(r)] =
@@ -179,10 +191,16 @@ void reference_moe_routed_f64(const MoeConfig& config, const MoeWeights& weights
           mxfp8_round_trip(row, options.scale_rule);
           for (int64_t j = 0; j < inter; ++j) ap[j] = row[static_cast<size_t>(j)];
         }
+        if (options.fp8_gemm2_input) {  // one scale per pair's row, from its fp32 values
+          std::span<float> row(row_f.data(), static_cast<size_t>(inter));
+          for (int64_t j = 0; j < inter; ++j) row[static_cast<size_t>(j)] = static_cast<float>(ap[j]);
+          fp8::row_round_trip(row);
+          for (int64_t j = 0; j < inter; ++j) ap[j] = row[static_cast<size_t>(j)];
+        }
       }
       // GEMM2 + bias, weighted into the token's output (the bias is inside the weighted sum).
       for (int64_t r = 0; r < h; ++r) {
-        w2.dequantize_row(r, e2m1, w_row.data());
+        w2.row(r, e2m1, options.fp8_weights, w_row.data());
         const double bias = b2 ? bf16_to_float(b2[r]) : 0.0;
         for (size_t p = 0; p < n; ++p) {
           const double y = dot(w_row.data(), act.data() + p * static_cast<size_t>(inter), inter) + bias;

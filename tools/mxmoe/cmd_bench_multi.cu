@@ -9,8 +9,6 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
-#include <ctime>
 #include <exception>
 #include <fstream>
 #include <iomanip>
@@ -19,16 +17,15 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "bench_record.hpp"
+#include "bench_timing.hpp"
 #include "cli_common.hpp"
 #include "common/cuda_check.hpp"
 #include "common/device_buffer.hpp"
 #include "mxmoe/mxmoe.hpp"
-
-#ifndef MXMOE_GIT_COMMIT
-#define MXMOE_GIT_COMMIT "unknown"
-#endif
 
 namespace mxmoe::cli {
 namespace {
@@ -131,8 +128,7 @@ double time_graphs(const std::vector<int>& devices, std::vector<RankState>& rank
     cudaGraphExecDestroy(execs[d]);
     cudaGraphDestroy(graphs[d]);
   });
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return bench::median(std::move(times));
 }
 
 int run_bench_multi(const MultiOptions& o) {
@@ -188,12 +184,8 @@ int run_bench_multi(const MultiOptions& o) {
   record["device"] = prop.name;
   record["gpus"] = o.gpus;
   record["parallel"] = to_string(mode);
-  const char* commit_env = std::getenv("MXMOE_COMMIT");
-  record["commit"] = commit_env != nullptr && *commit_env != '\0' ? commit_env : MXMOE_GIT_COMMIT;
-  const std::time_t now = std::time(nullptr);
-  char date[32];
-  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  record["date"] = date;
+  record["commit"] = bench::commit_id();
+  record["date"] = bench::utc_now();
   record["model"] = config.name;
   record["layers_rotated"] = o.layers;
   record["iterations"] = o.iterations;

@@ -1,0 +1,45 @@
+// W4A8 numerics (fp8_model.hpp).
+#include "reference/fp8_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "mxmoe/formats.hpp"
+
+namespace mxmoe::fp8 {
+
+namespace {
+constexpr float kE4m3Max = 448.f;
+}  // namespace
+
+int row_exponent(std::span<const uint8_t> row_scales) {
+  int max_x = std::numeric_limits<int>::min();
+  for (uint8_t s : row_scales)
+    if (s != kE8m0Nan) max_x = std::max(max_x, static_cast<int>(s) - 127);
+  return max_x == std::numeric_limits<int>::min() ? 0 : max_x - 6;
+}
+
+void e4m3_weight_row(std::span<double> row, int c) {
+  for (double& v : row) {
+    // v / 2^c is a power-of-two shift of an e2m1 x e8m0 value: exact in fp32 unless below fp32's range,
+    // where e4m3 rounds it to zero anyway.
+    const float shifted = static_cast<float>(std::ldexp(v, -c));
+    v = std::ldexp(static_cast<double>(e4m3_to_float(float_to_e4m3(shifted))), c);
+  }
+}
+
+float row_round_trip(std::span<float> x) {
+  float amax = 0.f;
+  for (float v : x) amax = std::isnan(v) ? v : std::max(amax, std::fabs(v));
+  if (!std::isfinite(amax)) {
+    for (float& v : x) v = std::numeric_limits<float>::quiet_NaN();
+    return std::numeric_limits<float>::quiet_NaN();
+  }
+  if (amax == 0.f) return 0.f;
+  const float scale = amax / kE4m3Max;
+  for (float& v : x) v = e4m3_to_float(float_to_e4m3(v / scale)) * scale;
+  return scale;
+}
+
+}  // namespace mxmoe::fp8
