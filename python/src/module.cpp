@@ -42,12 +42,7 @@ class Layer {
     // The host copy lives only as long as the constructor: every backend keeps its own (the GPU ones
     // uploaded, the CPU reference copied).
     const MoeLayerData data = read_layer(config_, w1_blocks, w1_scales, w1_bias, w2_blocks, w2_scales, w2_bias);
-    MXMOE_REQUIRE(max_tokens >= 1, "max_tokens: must be >= 1, got ", max_tokens);
-    RunnerOptions options;
-    options.backend = parse_backend(backend);
-    options.max_tokens = max_tokens;
-    options.use_env = options.backend == Backend::Auto;
-    if (plan) options.plan = parse_plan_override(*plan, "plan");
+    const RunnerOptions options = runner_options(backend, max_tokens, plan);
     runner_ = std::make_unique<MoeRunner>(config_, data.view(), options);
     if (runner_->on_gpu()) workspace_ = DeviceBuffer(std::max<size_t>(runner_->workspace_bytes(), 1));
   }

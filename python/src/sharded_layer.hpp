@@ -63,12 +63,7 @@ class ShardedLayer {
                           " of ", spec.world_size, "'s ", to_string(spec.mode), "-parallel part (",
                           layer_shapes(shard_.local), ")");
     }
-    MXMOE_REQUIRE(max_tokens >= 1, "max_tokens: must be >= 1, got ", max_tokens);
-    RunnerOptions options;
-    options.backend = parse_backend(backend);
-    options.max_tokens = max_tokens;
-    options.use_env = options.backend == Backend::Auto;
-    if (plan) options.plan = parse_plan_override(*plan, "plan");
+    const RunnerOptions options = runner_options(backend, max_tokens, plan);
     try {
       moe_ = std::make_unique<ShardedMoe>(shard_, data.view(), options);
     } catch (const Error& e) {

@@ -5,23 +5,11 @@
 
 #include <cstdint>
 
-#if MXMOE_HAVE_NCCL
-#include <nccl.h>
-#endif
-
+#include "moe/nccl_check.hpp"
 #include "mxmoe/error.hpp"
 #include "mxmoe/sharded_moe.hpp"
 
 namespace mxmoe {
-namespace {
-
-#if MXMOE_HAVE_NCCL
-void nccl_check(ncclResult_t r, const char* what) {
-  MXMOE_REQUIRE(r == ncclSuccess, "NCCL ", what, ": ", ncclGetErrorString(r));
-}
-#endif
-
-}  // namespace
 
 void ShardedMoe::forward_data_parallel(const uint16_t* hidden, const float* router_logits, int64_t tokens,
                                        uint16_t* out, void* workspace, size_t workspace_size,

@@ -8,13 +8,10 @@
 #include <utility>
 #include <vector>
 
-#if MXMOE_HAVE_NCCL
-#include <nccl.h>
-#endif
-
 #include "common/cuda_check.hpp"
 #include "moe/sharded_convert.hpp"
 #include "moe/sharded_route.hpp"
+#include "moe/nccl_check.hpp"
 #include "mxmoe/error.hpp"
 #include "mxmoe/reference.hpp"
 
@@ -23,12 +20,6 @@ namespace {
 
 constexpr size_t kAlign = 256;
 size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-#if MXMOE_HAVE_NCCL
-void nccl_check(ncclResult_t r, const char* what) {
-  MXMOE_REQUIRE(r == ncclSuccess, "NCCL ", what, ": ", ncclGetErrorString(r));
-}
-#endif
 
 }  // namespace
 

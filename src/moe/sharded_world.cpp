@@ -5,22 +5,15 @@
 #include <numeric>
 #include <vector>
 
-#if MXMOE_HAVE_NCCL
-#include <nccl.h>
-#endif
-
 #include "common/cuda_check.hpp"
+#include "moe/nccl_check.hpp"
 #include "mxmoe/error.hpp"
 #include "mxmoe/sharded_moe.hpp"
 
 namespace mxmoe {
 namespace {
 
-#if MXMOE_HAVE_NCCL
-void nccl_check(ncclResult_t r, const char* what) {
-  MXMOE_REQUIRE(r == ncclSuccess, "NCCL ", what, ": ", ncclGetErrorString(r));
-}
-#else
+#if !MXMOE_HAVE_NCCL
 [[noreturn]] void no_nccl(const char* what) {
   detail::throw_error(what, ": this mxmoe build has no NCCL (configure with MXMOE_NCCL_ROOT)");
 }

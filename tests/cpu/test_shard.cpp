@@ -76,6 +76,22 @@ class ShardTest : public testing::Test {
     }
     return specs;
   }
+  // Every split the partial tests walk: tensor- and expert-parallel ranges at world sizes 2 to 4, and
+  // expert-parallel by a random map (every rank at least `least` experts); each with its label.
+  struct Split {
+    std::string label;
+    std::vector<ShardSpec> specs;
+  };
+  std::vector<Split> splits(int experts, int least = 1) {
+    std::vector<Split> out;
+    for (int world = 2; world <= 4; ++world) {
+      const std::string w = " world " + std::to_string(world);
+      out.push_back({"tensor" + w, specs(ShardMode::Tensor, world)});
+      out.push_back({"expert" + w, specs(ShardMode::Expert, world)});
+      out.push_back({"expert" + w + " mapped", random_expert_maps(experts, world, least)});
+    }
+    return out;
+  }
   std::vector<ShardSpec> specs(ShardMode mode, int world) {
     std::vector<ShardSpec> out;
     for (int r = 0; r < world; ++r) out.push_back(mode == ShardMode::Tensor ? ShardSpec::tensor(r, world)
@@ -267,24 +283,19 @@ TEST_F(ShardTest, PartialReferencesSumToTheLayer) {
       reference_moe_f64(c, whole.view(), hidden, logits, tokens, expect);
       double norm = 0;
       for (double v : expect) norm = std::max(norm, std::abs(v));
-      for (ShardMode mode : {ShardMode::Tensor, ShardMode::Expert})
-        for (int world = 2; world <= 4; ++world)
-          for (bool mapped : {false, true}) {
-            if (mapped && mode == ShardMode::Tensor) continue;
-            SCOPED_TRACE(to_string(mode) + " world " + std::to_string(world) + " T " + std::to_string(tokens) +
-                         (mapped ? " mapped" : ""));
-            std::vector<double> sum(expect.size(), 0.0), part(expect.size());
-            const auto all = mapped ? random_expert_maps(c.num_experts, world) : specs(mode, world);
-            for (const ShardSpec& spec : all) {
-              const LayerShard shard = resolve_shard(c, spec);
-              const MoeLayerData data = slice_layer(shard, whole);
-              std::fill(part.begin(), part.end(), std::nan(""));
-              reference_shard_f64(shard, data.view(), hidden, logits, tokens, part);
-              for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];
-            }
-            for (size_t i = 0; i < sum.size(); ++i)
-              ASSERT_NEAR(sum[i], expect[i], 1e-9 * std::max(norm, 1.0)) << "element " << i;
-          }
+      for (const Split& split : splits(c.num_experts)) {
+        SCOPED_TRACE(split.label + " T " + std::to_string(tokens));
+        std::vector<double> sum(expect.size(), 0.0), part(expect.size());
+        for (const ShardSpec& spec : split.specs) {
+          const LayerShard shard = resolve_shard(c, spec);
+          const MoeLayerData data = slice_layer(shard, whole);
+          std::fill(part.begin(), part.end(), std::nan(""));
+          reference_shard_f64(shard, data.view(), hidden, logits, tokens, part);
+          for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];
+        }
+        for (size_t i = 0; i < sum.size(); ++i)
+          ASSERT_NEAR(sum[i], expect[i], 1e-9 * std::max(norm, 1.0)) << "element " << i;
+      }
     }
   }
 }
@@ -322,36 +333,32 @@ TEST_F(ShardTest, ShardedMoeOnTheReferenceBackendGivesEachRanksPartial) {
     reference_route(c, logits, tokens, ids, weights);
     std::vector<double> layer(static_cast<size_t>(tokens * c.hidden));
     reference_moe_f64(c, whole.view(), hidden, logits, tokens, layer);
-    for (ShardMode mode : {ShardMode::Tensor, ShardMode::Expert})
-      for (int world = 2; world <= 4; ++world)
-        for (bool mapped : {false, true}) {
-          if (mapped && mode == ShardMode::Tensor) continue;
-          SCOPED_TRACE(to_string(mode) + " world " + std::to_string(world) + " T " + std::to_string(tokens) +
-                       (mapped ? " mapped" : ""));
-          std::vector<double> sum(layer.size(), 0.0), part(layer.size());
-          const auto all = mapped ? random_expert_maps(c.num_experts, world, c.top_k) : specs(mode, world);
-          for (const ShardSpec& spec : all) {
-            const LayerShard shard = resolve_shard(c, spec);
-            const MoeLayerData data = slice_layer(shard, whole);
-            const ShardedMoe moe(shard, data.view(), test::reference_options(64));
-            EXPECT_EQ(moe.workspace_bytes(), 0u);
-            std::vector<uint16_t> got(layer.size(), 0x7FC1), routed(layer.size(), 0x7FC1);
-            moe.forward_partial(hidden.data(), logits.data(), tokens, got.data(), nullptr, 0);
-            moe.forward_routed(hidden.data(), ids.data(), weights.data(), tokens, routed.data(), nullptr, 0);
-            EXPECT_EQ(routed, got) << "rank " << spec.rank << ": the routed partial differs from the logits one";
-            reference_shard_f64(shard, data.view(), hidden, logits, tokens, part);
-            for (size_t i = 0; i < got.size(); ++i) {
-              // One bf16 rounding of the same fp64 value, up to fp64 summation order: within 1 bf16 ulp.
-              ASSERT_NEAR(bf16_to_float(got[i]), part[i], std::abs(part[i]) / 128 + 1e-30) << "rank " << spec.rank
-                                                                                             << ", element " << i;
-              sum[i] += bf16_to_float(got[i]);
-            }
-          }
-          double norm = 0;
-          for (double v : layer) norm = std::max(norm, std::abs(v));
-          for (size_t i = 0; i < sum.size(); ++i)
-            ASSERT_NEAR(sum[i], layer[i], world * norm / 128 + 1e-30) << "element " << i;
+    for (const Split& split : splits(c.num_experts, c.top_k)) {
+      SCOPED_TRACE(split.label + " T " + std::to_string(tokens));
+      std::vector<double> sum(layer.size(), 0.0), part(layer.size());
+      for (const ShardSpec& spec : split.specs) {
+        const LayerShard shard = resolve_shard(c, spec);
+        const MoeLayerData data = slice_layer(shard, whole);
+        const ShardedMoe moe(shard, data.view(), test::reference_options(64));
+        EXPECT_EQ(moe.workspace_bytes(), 0u);
+        std::vector<uint16_t> got(layer.size(), 0x7FC1), routed(layer.size(), 0x7FC1);
+        moe.forward_partial(hidden.data(), logits.data(), tokens, got.data(), nullptr, 0);
+        moe.forward_routed(hidden.data(), ids.data(), weights.data(), tokens, routed.data(), nullptr, 0);
+        EXPECT_EQ(routed, got) << "rank " << spec.rank << ": the routed partial differs from the logits one";
+        reference_shard_f64(shard, data.view(), hidden, logits, tokens, part);
+        for (size_t i = 0; i < got.size(); ++i) {
+          // One bf16 rounding of the same fp64 value, up to fp64 summation order: within 1 bf16 ulp.
+          ASSERT_NEAR(bf16_to_float(got[i]), part[i], std::abs(part[i]) / 128 + 1e-30)
+              << "rank " << spec.rank << ", element " << i;
+          sum[i] += bf16_to_float(got[i]);
         }
+      }
+      double norm = 0;
+      for (double v : layer) norm = std::max(norm, std::abs(v));
+      const double world = static_cast<double>(split.specs.size());
+      for (size_t i = 0; i < sum.size(); ++i)
+        ASSERT_NEAR(sum[i], layer[i], world * norm / 128 + 1e-30) << "element " << i;
+    }
   }
 }
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <exception>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -85,6 +86,20 @@ void on_ranks(int n, Fn&& fn) {
   for (auto& t : threads) t.join();
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
+}
+
+// A parameterised multi-GPU case and its test name (gpt_oss_20b_tensor_2_fp32).
+struct MultiCase {
+  const char* model;
+  ShardMode mode;
+  int world;
+  bool fp32 = false;  // fp32 partials
+};
+inline std::string multi_case_name(const ::testing::TestParamInfo<MultiCase>& info) {
+  std::string name = std::string(info.param.model) + "_" + to_string(info.param.mode) + "_" +
+                     std::to_string(info.param.world) + (info.param.fp32 ? "_fp32" : "");
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
 }
 
 // One rank: its ShardedMoe and its device buffers, on GPU `rank`.

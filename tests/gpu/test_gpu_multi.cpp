@@ -138,13 +138,6 @@ void expect_near_reference(const MoeConfig& c, const MoeLayerData& whole, const 
   EXPECT_LE(s.rel, 1e-2) << "relative error to the fp64 reference; worst element " << s.worst;
 }
 
-struct MultiCase {
-  const char* model;
-  ShardMode mode;
-  int world;
-  bool fp32 = false;  // fp32 partials
-};
-
 class GpuMulti : public ::testing::TestWithParam<MultiCase> {};
 
 TEST_P(GpuMulti, SummedShardsMatchOneGpuAndReference) {
@@ -193,13 +186,7 @@ INSTANTIATE_TEST_SUITE_P(Worlds, GpuMulti,
                                            MultiCase{"gpt-oss-120b", ShardMode::Tensor, 2, true},
                                            MultiCase{"gpt-oss-20b", ShardMode::Expert, 2, true},
                                            MultiCase{"gpt-oss-120b", ShardMode::Tensor, 4, true}),
-                         [](const auto& info) {
-                           std::string name = std::string(info.param.model) + "_" + to_string(info.param.mode) +
-                                              "_" + std::to_string(info.param.world) +
-                                              (info.param.fp32 ? "_fp32" : "");
-                           std::replace(name.begin(), name.end(), '-', '_');
-                           return name;
-                         });
+                         multi_case_name);
 
 // Expert-parallel where every token picks experts of rank 0 only: rank 1's experts get no tokens, and at
 // T = 1 rank 1 owns none of the token's experts (every pair dropped in its route); its partial is an

@@ -20,17 +20,10 @@ namespace {
 // Data-parallel tokens (forward_data_parallel): rank r holds tokens [r T, (r + 1) T) of a batch and gets
 // their output, against the one-GPU output of the whole batch, routed by the logits and by the engine's
 // int64 ids (the host reference's routing). One thread per rank.
-struct DataParallelCase {
-  const char* model;
-  ShardMode mode;
-  int world;
-  bool fp32 = false;
-};
-
-class GpuMultiDataParallel : public ::testing::TestWithParam<DataParallelCase> {};
+class GpuMultiDataParallel : public ::testing::TestWithParam<MultiCase> {};
 
 TEST_P(GpuMultiDataParallel, EachRankGetsItsTokensOutput) {
-  const DataParallelCase dc = GetParam();
+  const MultiCase dc = GetParam();
   MXMOE_SKIP_WITHOUT_GPUS(dc.world);
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
@@ -103,18 +96,12 @@ TEST_P(GpuMultiDataParallel, EachRankGetsItsTokensOutput) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Worlds, GpuMultiDataParallel,
-                         ::testing::Values(DataParallelCase{"gpt-oss-20b", ShardMode::Expert, 2},
-                                           DataParallelCase{"gpt-oss-120b", ShardMode::Expert, 2},
-                                           DataParallelCase{"gpt-oss-20b", ShardMode::Tensor, 2, true},
-                                           DataParallelCase{"gpt-oss-20b", ShardMode::Expert, 4},
-                                           DataParallelCase{"gpt-oss-120b", ShardMode::Expert, 4, true}),
-                         [](const auto& info) {
-                           std::string name = std::string(info.param.model) + "_" + to_string(info.param.mode) +
-                                              "_" + std::to_string(info.param.world) +
-                                              (info.param.fp32 ? "_fp32" : "");
-                           std::replace(name.begin(), name.end(), '-', '_');
-                           return name;
-                         });
+                         ::testing::Values(MultiCase{"gpt-oss-20b", ShardMode::Expert, 2},
+                                           MultiCase{"gpt-oss-120b", ShardMode::Expert, 2},
+                                           MultiCase{"gpt-oss-20b", ShardMode::Tensor, 2, true},
+                                           MultiCase{"gpt-oss-20b", ShardMode::Expert, 4},
+                                           MultiCase{"gpt-oss-120b", ShardMode::Expert, 4, true}),
+                         multi_case_name);
 
 #else
 
