@@ -211,8 +211,9 @@ class MoeLayer:
         float32 (top-k and softmax in the config's order) or by the caller's own routing: topk_ids [T, k]
         int32 or int64 and topk_weights [T, k] float32 (exactly one of the two). The weights are used as
         given: no softmax, no renormalisation; slot order is the summation order. Given the ids and
-        weights the logits route computes, the output bits are the logits call's. On the CPU reference,
-        ids outside [0, E), an expert twice in a token, or a negative or non-finite weight raise
+        weights the logits route computes, the output bits are the logits call's. An id of -1 drops its
+        pair (vLLM's expert_map convention: no row, nothing added). On the CPU reference, other ids
+        outside [0, E), an expert twice in a token, or a negative or non-finite weight raise
         mxmoe.Error naming topk_ids or topk_weights; on a GPU the ids are not read on the host (the call
         is CUDA-graph safe), and a token whose ids are not k distinct experts in range gets a NaN row.
         A sharded layer returns the rank's partial (fp32 with fp32_partials), or with a group the sum

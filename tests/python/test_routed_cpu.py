@@ -1,6 +1,6 @@
 """Routed input on the CPU reference: MoeLayer(hidden, topk_ids=, topk_weights=) and mxmoe.fused_experts
 give the logits call's bits when routed the same way, take int32 and int64 ids, use the weights as given,
-and refuse bad ids, weights and argument combinations by name."""
+drop pairs whose id is -1, and refuse bad ids, weights and argument combinations by name."""
 import numpy as np
 import pytest
 
@@ -64,6 +64,25 @@ def test_weights_are_used_as_given_and_one_expert_may_take_every_token(rng):
     assert rel_error(out, routed_reference(hidden, ids, weights, w)) <= 1e-2
     doubled = layer(hidden, topk_ids=ids, topk_weights=weights * 2)
     assert np.array_equal(bf16_to_f64(doubled), 2 * bf16_to_f64(out))
+
+
+def test_minus_one_drops_the_pair(rng):
+    """vLLM's expert_map convention: an id of -1 adds nothing (its weight is not read); a token whose ids
+    are all -1 gets zeros. Against the NumPy reference over the remaining pairs."""
+    w = random_layer(rng, E, H, I)
+    layer = mxmoe.MoeLayer(make_config(E, K, H, I), w, backend="reference", max_tokens=20)
+    hidden = f64_to_bf16(rng.normal(size=(20, H)))
+    ids = np.stack([rng.permutation(E)[:K] for _ in range(20)]).astype(np.int64)
+    weights = rng.uniform(0, 1, size=(20, K)).astype(np.float32)
+    ids[rng.uniform(size=ids.shape) < 0.4] = -1
+    ids[3] = -1
+    weights[ids < 0] = np.nan  # never read
+    out = layer(hidden, topk_ids=ids, topk_weights=weights)
+    assert np.array_equal(layer(hidden, topk_ids=ids.astype(np.int32), topk_weights=weights), out)
+    kept = [[(e, wt) for e, wt in zip(ids[t], weights[t]) if e >= 0] for t in range(20)]
+    want = routed_reference(hidden, [[e for e, _ in k] for k in kept], [[wt for _, wt in k] for k in kept], w)
+    assert not np.any(bf16_to_f64(out[3]))
+    assert rel_error(out, want) <= 1e-2
 
 
 def test_fused_experts_matches_fused_moe_and_the_reference(rng):
