@@ -347,10 +347,15 @@ def fused_moe(hidden: Any, router_logits: Any, w1_blocks: Any, w1_scales: Any, w
 def fused_experts(hidden: Any, w1_blocks: Any, w1_scales: Any, w1_bias: Any, w2_blocks: Any, w2_scales: Any,
                   w2_bias: Any, topk_weights: Any, topk_ids: Any, *, swiglu_alpha: float = 1.702,
                   swiglu_limit: float = 7.0, backend: str = "auto", out: Optional[Any] = None,
-                  max_tokens: int = 4096, plan: Optional[str] = None) -> Any:
+                  max_tokens: int = 4096, plan: Optional[str] = None, expert_map: Optional[Any] = None) -> Any:
     """The experts of the gpt-oss MoE block on checkpoint-layout weights, routed by the caller (as an
     engine's fused-experts call is): topk_ids [T, k] int32 or int64 and topk_weights [T, k] float32,
-    the weights used as given (no softmax, no renormalisation). k is topk_ids' second dimension.
+    the weights used as given (no softmax, no renormalisation). k is topk_ids' second dimension. An id
+    of -1 drops its pair.
+
+    expert_map (expert parallelism, vLLM's argument): [E_global] local ids of this rank's experts, -1
+    for other ranks'; topk_ids are then global ids, mapped through it (other ranks' pairs dropped), and
+    the weight tensors hold this rank's E_local experts. The result is the rank's partial output.
 
     Weights are prepared once and cached as fused_moe's are (the same cache: fused_moe and
     fused_experts with the same tensors, top-k and parameters share one prepared layer). Errors and
@@ -360,6 +365,10 @@ def fused_experts(hidden: Any, w1_blocks: Any, w1_scales: Any, w1_bias: Any, w2_
     if shape is None or len(shape) != 2:
         raise Error(f"topk_ids: expected a [T, k] tensor of int32 or int64, got "
                     f"{list(shape) if shape is not None else type(topk_ids).__name__}")
+    if expert_map is not None:
+        from ._expert_map import map_ids
+
+        topk_ids = map_ids(expert_map, topk_ids)
     tensors = (w1_blocks, w1_scales, w1_bias, w2_blocks, w2_scales, w2_bias)
     layer = _layer_for(tensors, int(shape[1]), "topk_softmax", swiglu_alpha, swiglu_limit, backend, max_tokens, plan)
     return layer(hidden, out=out, topk_ids=topk_ids, topk_weights=topk_weights)

@@ -85,6 +85,54 @@ def test_minus_one_drops_the_pair(rng):
     assert rel_error(out, want) <= 1e-2
 
 
+def test_fused_experts_maps_global_ids_through_expert_map(rng):
+    """Expert parallelism as vLLM calls it: this rank holds experts 1, 4, 6, 9 and 10 of 12 (local 0..4),
+    topk_ids are global, expert_map sends the others to -1: the rank's partial output is the NumPy
+    reference over the pairs of its own experts."""
+    e_global, mine = 12, [1, 4, 6, 9, 10]
+    whole = random_layer(rng, e_global, H, I)
+    local = {k: v[mine] for k, v in whole.items()}
+    expert_map = np.full(e_global, -1, np.int32)
+    expert_map[mine] = np.arange(len(mine), dtype=np.int32)
+    hidden = f64_to_bf16(rng.normal(size=(30, H)))
+    ids = np.stack([rng.permutation(e_global)[:K] for _ in range(30)]).astype(np.int64)
+    ids[0] = [0, 2, 3, 5]  # no expert of this rank: zeros
+    weights = rng.uniform(0, 1, size=(30, K)).astype(np.float32)
+    out = mxmoe.fused_experts(hidden, *(local[n] for n in ("w1_blocks", "w1_scales", "w1_bias", "w2_blocks",
+                                                            "w2_scales", "w2_bias")),
+                              weights, ids, backend="reference", max_tokens=30, expert_map=expert_map)
+    kept = [[(e, wt) for e, wt in zip(ids[t], weights[t]) if e in mine] for t in range(30)]
+    want = routed_reference(hidden, [[e for e, _ in k] for k in kept], [[wt for _, wt in k] for k in kept], whole)
+    assert not np.any(bf16_to_f64(out[0]))
+    assert rel_error(out, want) <= 1e-2
+    bad = ids.copy()
+    bad[2, 1] = e_global
+    args = tuple(local[n] for n in ("w1_blocks", "w1_scales", "w1_bias", "w2_blocks", "w2_scales", "w2_bias"))
+    with pytest.raises(mxmoe.Error, match=r"topk_ids\[2, 1\] = 12"):
+        mxmoe.fused_experts(hidden, *args, weights, bad, backend="reference", max_tokens=30, expert_map=expert_map)
+    with pytest.raises(mxmoe.Error, match="expert_map"):
+        mxmoe.fused_experts(hidden, *args, weights, ids, backend="reference", max_tokens=30,
+                            expert_map=expert_map.reshape(3, 4))
+
+
+def test_expert_map_in_torch_gives_numpy_bits(rng):
+    """The same map applied by torch (CPU tensors here; on a GPU it stays on the device): the same bits,
+    and an out-of-range global id becomes a NaN-marked pair (-2), never an out-of-bounds index."""
+    torch = pytest.importorskip("torch")
+    from mxmoe._expert_map import map_ids
+
+    e_global, mine = 10, [0, 3, 5, 7, 8]
+    expert_map = np.full(e_global, -1, np.int32)
+    expert_map[mine] = np.arange(len(mine), dtype=np.int32)
+    ids = np.stack([rng.permutation(e_global)[:K] for _ in range(9)]).astype(np.int64)
+    want = map_ids(expert_map, ids)
+    got = map_ids(torch.from_numpy(expert_map), torch.from_numpy(ids))
+    assert got.dtype == torch.int64 and np.array_equal(got.numpy(), want)
+    ids[4, 2], ids[5, 0] = 99, -1
+    got = map_ids(torch.from_numpy(expert_map), torch.from_numpy(ids)).numpy()
+    assert got[4, 2] == -2 and got[5, 0] == -1
+
+
 def test_fused_experts_matches_fused_moe_and_the_reference(rng):
     w = random_layer(rng, E, H, I)
     args = (w["w1_blocks"], w["w1_scales"], w["w1_bias"], w["w2_blocks"], w["w2_scales"], w["w2_bias"])
