@@ -5,12 +5,8 @@ indexes out of bounds: an id outside [0, E_global) other than -1 becomes -2, whi
 row for that token (the ids are not read on the host)."""
 from typing import Any
 
+from ._layer import _framework
 from ._mxmoe import Error
-
-
-def _framework(tensor: Any) -> str:
-    module = type(tensor).__module__.split(".")[0]
-    return "jax" if module == "jaxlib" else module
 
 
 def map_ids(expert_map: Any, topk_ids: Any) -> Any:

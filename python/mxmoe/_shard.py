@@ -7,6 +7,7 @@ from __future__ import annotations
 from contextlib import nullcontext
 from typing import Any, Optional
 
+from ._layer import _framework
 from ._mxmoe import Error, ShardedLayer, ShardSpec
 
 
@@ -52,7 +53,7 @@ def _torch_only(what: str, hidden: Any, out: Optional[Any]) -> None:
     for name, t in (("hidden", hidden), ("out", out)):
         if t is None:
             continue
-        if type(t).__module__.split(".")[0] != "torch":
+        if _framework(t) != "torch":
             raise Error(f"{name}: {what} sums over torch.distributed and needs torch tensors, got {type(t).__name__}")
         import torch
 
@@ -72,7 +73,7 @@ def _on_stream(hidden: Any, stream: Optional[int]):
 
 def _f32_like(hidden: Any) -> Any:
     """An fp32 [T, H] buffer of hidden's framework and device."""
-    module = type(hidden).__module__.split(".")[0]
+    module = _framework(hidden)
     if module == "torch":
         import torch
 

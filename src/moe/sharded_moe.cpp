@@ -14,6 +14,7 @@
 #include "moe/nccl_check.hpp"
 #include "mxmoe/error.hpp"
 #include "mxmoe/reference.hpp"
+#include "reference/routed_reference.hpp"
 
 namespace mxmoe {
 namespace {
@@ -273,12 +274,13 @@ void ShardedMoe::run_on_host(const Inputs& in, uint16_t* out) const {
   if (in.ids == nullptr) {
     reference_route(shard_.full, std::span(in.logits, tokens * shard_.full.num_experts), in.tokens, ids, weights);
   } else {
-    for (size_t p = 0; p < ids.size(); ++p) {
-      const int64_t id = in.ids64 ? static_cast<const int64_t*>(in.ids)[p] : static_cast<const int32_t*>(in.ids)[p];
-      MXMOE_REQUIRE(id == kDroppedPairId || (id >= 0 && id < shard_.full.num_experts), "topk_ids[", p / k, ", ", p % k,
-                    "] = ", id, ": expected an expert id in [0, ", shard_.full.num_experts, ") or -1 (a dropped pair)");
-      ids[p] = static_cast<int32_t>(id);
-    }
+    // The global ids, in range or -1 (before they index the map), by the reference's own check.
+    std::vector<int64_t> wide(ids.size());
+    if (in.ids64)
+      std::copy_n(static_cast<const int64_t*>(in.ids), wide.size(), wide.begin());
+    else
+      std::copy_n(static_cast<const int32_t*>(in.ids), wide.size(), wide.begin());
+    ids = narrow_routed_ids(wide, shard_.full.top_k, shard_.full.num_experts);
     std::copy(in.weights, in.weights + ids.size(), weights.begin());
   }
   for (int32_t& id : ids)

@@ -184,17 +184,13 @@ void reference_moe_routed_f64(const MoeConfig& config, const MoeWeights& weights
         const double* hp = h1.data() + p * static_cast<size_t>(w1_rows);
         double* ap = act.data() + p * static_cast<size_t>(inter);
         for (int64_t j = 0; j < inter; ++j) ap[j] = swiglu(hp[2 * j], hp[2 * j + 1], alpha, limit);
-        if (options.mxfp8_gemm2_input) {
-          // The GPU holds the SwiGLU output in fp32 before quantising it.
+        if (options.mxfp8_gemm2_input || options.fp8_gemm2_input) {
+          // The GPU holds the SwiGLU output in fp32 before quantising it: MXFP8, or e4m3 with one scale
+          // per pair's row.
           std::span<float> row(row_f.data(), static_cast<size_t>(inter));
           for (int64_t j = 0; j < inter; ++j) row[static_cast<size_t>(j)] = static_cast<float>(ap[j]);
-          mxfp8_round_trip(row, options.scale_rule);
-          for (int64_t j = 0; j < inter; ++j) ap[j] = row[static_cast<size_t>(j)];
-        }
-        if (options.fp8_gemm2_input) {  // one scale per pair's row, from its fp32 values
-          std::span<float> row(row_f.data(), static_cast<size_t>(inter));
-          for (int64_t j = 0; j < inter; ++j) row[static_cast<size_t>(j)] = static_cast<float>(ap[j]);
-          fp8::row_round_trip(row);
+          if (options.mxfp8_gemm2_input) mxfp8_round_trip(row, options.scale_rule);
+          if (options.fp8_gemm2_input) fp8::row_round_trip(row);
           for (int64_t j = 0; j < inter; ++j) ap[j] = row[static_cast<size_t>(j)];
         }
       }
