@@ -63,6 +63,11 @@ struct RunnerOptions {
   // checkpoint has none, so one means corruption), or, when allowed, the MX semantics: that block's
   // outputs are NaN.
   bool allow_nan_scales = false;
+  // The experts the tokens are routed among when this layer holds only config.num_experts of them (an
+  // expert-parallel rank: the others' pairs arrive as kDroppedPairId). The planner then expects
+  // T * k * num_experts / routed_experts of the pairs and picks tiles for those rows; the workspace and
+  // grids still cover all T * k. 0: config.num_experts. ShardedMoe sets it for its expert-parallel ranks.
+  int routed_experts = 0;
 };
 
 class BackendImpl;

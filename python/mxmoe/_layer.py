@@ -119,7 +119,10 @@ class MoeLayer:
     batch, ksplit, stages, counted, local_route, fused_combine, cluster_combine, mx_expand (e.g.
     "mma=swap32,ksplit=4"); None (or "") leaves the planner's choice, or MXMOE_PLAN's where it is set.
     An unknown key or value raises mxmoe.Error naming the key, and so does, on a GPU backend, a value
-    this build or GPU cannot run (the CPU reference has no plan to force).
+    this build or GPU cannot run (the CPU reference has no plan to force). routed_experts: the experts
+    the tokens are routed among when `weights` hold only some of them (an expert-parallel rank whose
+    other ranks' pairs arrive as -1): the planner then picks tiles for this rank's share of the pairs;
+    0 (default): the layer's own experts. fused_experts(expert_map=) sets it to the map's length.
 
     bfloat16 tensors may be torch or JAX bfloat16, ml_dtypes.bfloat16 NumPy arrays, or the bf16 bit
     patterns as uint16 (NumPy, CuPy). Any other dtype, a non-contiguous tensor, a tensor on the wrong
@@ -139,7 +142,7 @@ class MoeLayer:
 
     def __init__(self, config: MoeConfig | str, weights: dict, *, backend: str = "auto",
                  max_tokens: int = 4096, plan: str | None = None, shard: Any = None, group: Any = None,
-                 fp32_partials: bool = False) -> None:
+                 fp32_partials: bool = False, routed_experts: int = 0) -> None:
         if isinstance(config, str):
             config = MoeConfig.preset(config)
         missing = [n for n in ("w1_blocks", "w1_scales", "w2_blocks", "w2_scales") if n not in weights]
@@ -148,6 +151,8 @@ class MoeLayer:
         w = {n: _as_tensor(weights[n], n) if weights.get(n) is not None else None for n in _WEIGHT_NAMES}
         from . import _shard
 
+        if routed_experts and shard is not None:
+            raise Error("routed_experts: a sharded layer knows its whole layer's experts; pass shard only")
         if fp32_partials and shard is None:
             raise Error("fp32_partials: only a sharded layer has partials; pass shard=mxmoe.ShardSpec(...) too")
         _shard.check_spec(shard)
@@ -156,7 +161,7 @@ class MoeLayer:
         self._sharded = shard is not None
         if shard is None:
             self._layer = Layer(config, w["w1_blocks"], w["w1_scales"], w["w1_bias"], w["w2_blocks"],
-                                w["w2_scales"], w["w2_bias"], backend, max_tokens, plan)
+                                w["w2_scales"], w["w2_bias"], backend, max_tokens, plan, int(routed_experts))
         else:
             self._layer = _shard.make_layer(config, w, shard, backend, max_tokens, plan)
         # The custom ops' handle, and the ops themselves where torch is loaded, taken now: a first call
@@ -300,10 +305,11 @@ def _remember(tensors: tuple, params: tuple, layer: MoeLayer) -> None:
 
 
 def _layer_for(tensors: tuple, top_k: int, routing: str, swiglu_alpha: float, swiglu_limit: float, backend: str,
-               max_tokens: int, plan: Optional[str]) -> MoeLayer:
+               max_tokens: int, plan: Optional[str], routed_experts: int = 0) -> MoeLayer:
     """The layer of checkpoint-layout weight tensors (w1_blocks, ..., w2_bias), prepared on first use and
     then cached; the shapes give E, H and I."""
-    params = (int(top_k), routing, float(swiglu_alpha), float(swiglu_limit), backend, int(max_tokens), plan)
+    params = (int(top_k), routing, float(swiglu_alpha), float(swiglu_limit), backend, int(max_tokens), plan,
+              int(routed_experts))
     layer = _cached_layer(tensors, params)
     if layer is not None:
         return layer
@@ -323,7 +329,7 @@ def _layer_for(tensors: tuple, top_k: int, routing: str, swiglu_alpha: float, sw
     config.swiglu_alpha = float(swiglu_alpha)
     config.swiglu_limit = float(swiglu_limit)
     weights = {k: v for k, v in zip(_WEIGHT_NAMES, tensors) if v is not None}
-    layer = MoeLayer(config, weights, backend=backend, max_tokens=max_tokens, plan=plan)
+    layer = MoeLayer(config, weights, backend=backend, max_tokens=max_tokens, plan=plan, routed_experts=routed_experts)
     _remember(tensors, params, layer)
     return layer
 
@@ -355,7 +361,8 @@ def fused_experts(hidden: Any, w1_blocks: Any, w1_scales: Any, w1_bias: Any, w2_
 
     expert_map (expert parallelism, vLLM's argument): [E_global] local ids of this rank's experts, -1
     for other ranks'; topk_ids are then global ids, mapped through it (other ranks' pairs dropped), and
-    the weight tensors hold this rank's E_local experts. The result is the rank's partial output.
+    the weight tensors hold this rank's E_local experts. The result is the rank's partial output; the
+    tiles are planned for the rank's share of the pairs (MoeLayer's routed_experts = E_global).
 
     Weights are prepared once and cached as fused_moe's are (the same cache: fused_moe and
     fused_experts with the same tensors, top-k and parameters share one prepared layer). Errors and
@@ -365,10 +372,13 @@ def fused_experts(hidden: Any, w1_blocks: Any, w1_scales: Any, w1_bias: Any, w2_
     if shape is None or len(shape) != 2:
         raise Error(f"topk_ids: expected a [T, k] tensor of int32 or int64, got "
                     f"{list(shape) if shape is not None else type(topk_ids).__name__}")
+    routed_experts = 0
     if expert_map is not None:
         from ._expert_map import map_ids
 
         topk_ids = map_ids(expert_map, topk_ids)
+        routed_experts = int(expert_map.shape[0])
     tensors = (w1_blocks, w1_scales, w1_bias, w2_blocks, w2_scales, w2_bias)
-    layer = _layer_for(tensors, int(shape[1]), "topk_softmax", swiglu_alpha, swiglu_limit, backend, max_tokens, plan)
+    layer = _layer_for(tensors, int(shape[1]), "topk_softmax", swiglu_alpha, swiglu_limit, backend, max_tokens, plan,
+                       routed_experts)
     return layer(hidden, out=out, topk_ids=topk_ids, topk_weights=topk_weights)

@@ -52,6 +52,7 @@ plan::PlannerInput planner_input(int device, Backend backend, const MoeConfig& c
   in.config = config;
   in.backend = backend;
   in.force = options.plan;
+  in.routed_experts = options.routed_experts;
   if (!options.tune_file.empty()) {
     std::optional<TuneTable> table = load_tune_table(options.tune_file);
     MXMOE_REQUIRE(table.has_value(), "tune_file (MXMOE_TUNE_FILE): '", options.tune_file, "' is not a readable file");

@@ -34,6 +34,9 @@ MoeRunner::MoeRunner(const MoeConfig& config, const MoeWeights& weights, const R
   }
   MXMOE_REQUIRE(options.max_tokens >= 0 && options.max_tokens <= (int64_t{1} << 24),
                 "max_tokens: expected 0..16777216, got ", options.max_tokens);
+  MXMOE_REQUIRE(options.routed_experts == 0 || options.routed_experts >= config.num_experts,
+                "routed_experts: expected 0 or at least the layer's ", config.num_experts, " experts, got ",
+                options.routed_experts);
   const RunnerOptions resolved = with_environment(options);
   // An MX backend runs only where its atom passed the self-test on this GPU (mx_self_test.hpp).
   backend_ = gate_mx_backend(resolve_backend(resolved), resolved);

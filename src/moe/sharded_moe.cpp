@@ -59,7 +59,10 @@ ShardedMoe::ShardedMoe(const LayerShard& shard, const MoeWeights& weights, const
                 shard_.full.top_k, " per rank (world_size <= E / k)");
   MoeConfig rank_config = shard_.local;
   rank_config.top_k = shard_.full.top_k;  // every token's k pairs, the other ranks' dropped
-  runner_ = std::make_unique<MoeRunner>(rank_config, weights, options);
+  RunnerOptions rank_options = options;
+  // An expert-parallel rank's tiles are planned for its share of the pairs.
+  if (shard_.spec.mode == ShardMode::Expert) rank_options.routed_experts = shard_.full.num_experts;
+  runner_ = std::make_unique<MoeRunner>(rank_config, weights, rank_options);
   MXMOE_REQUIRE(runner_->on_gpu() || comm == nullptr, "comm: backend '", to_string(runner_->backend()),
                 "' runs on the host; a communicator needs a GPU backend");
   if (!runner_->on_gpu()) return;  // the host path (run_on_host) needs no device state

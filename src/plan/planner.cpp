@@ -74,6 +74,8 @@ Planner::Planner(PlannerInput input) : in_(std::move(input)) {
   const PlanOverride& f = in_.force;
   const MoeConfig& cfg = in_.config;
   const Backend b = in_.backend;
+  MXMOE_REQUIRE(in_.routed_experts == 0 || in_.routed_experts >= cfg.num_experts, "routed_experts: expected 0 or ",
+                "at least the layer's ", cfg.num_experts, " experts, got ", in_.routed_experts);
   MXMOE_REQUIRE(b == Backend::Auto || b == Backend::Gemv || b == Backend::Mma || is_mx(b), "backend: '",
                 to_string(b), "' is not a GPU backend");
   const size_t room = c.smem_per_block, static_smem = c.gemv_static_smem;
@@ -144,8 +146,11 @@ Planner::Planner(PlannerInput input) : in_(std::move(input)) {
 }
 
 double Planner::rows_per_expert(int64_t tokens) const {
-  const int64_t pairs = tokens * in_.config.top_k;
-  return pairs == 0 ? 0.0 : static_cast<double>(pairs) / static_cast<double>(std::min<int64_t>(in_.config.num_experts, pairs));
+  // An expert-parallel rank receives about E_local / E of the pairs (the rest arrive dropped): planned as
+  // if all T * k were local, its tiles were bigger than one GPU's for the same rows (docs/multi-gpu.md).
+  const double share = in_.routed_experts > 0 ? static_cast<double>(in_.config.num_experts) / in_.routed_experts : 1.0;
+  const double pairs = static_cast<double>(tokens * in_.config.top_k) * share;
+  return pairs == 0 ? 0.0 : pairs / std::min(static_cast<double>(in_.config.num_experts), std::max(pairs, 1.0));
 }
 
 // The tensor-core family when forced (the mma backend), or, under Auto where its tiles fit, where

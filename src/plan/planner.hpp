@@ -37,6 +37,9 @@ struct PlannerInput {
   Backend backend = Backend::Auto;  // Auto, Gemv, Mma, MxEmulated or Mx
   PlanOverride force;
   std::optional<TuneTable> tune;    // used only when it matches the caps' device and the shape
+  // RunnerOptions::routed_experts: the experts the tokens are routed among when the layer holds only
+  // config.num_experts of them (an expert-parallel rank); 0: config.num_experts.
+  int routed_experts = 0;
 };
 
 class Planner {
@@ -51,6 +54,8 @@ class Planner {
   const PlannerInput& input() const { return in_; }
 
  private:
+  // The expected rows per active expert: the pairs routed to this layer's experts (T * k, or its share
+  // of an expert-parallel layer's) over the experts they can reach.
   double rows_per_expert(int64_t tokens) const;
   bool uses_tensor_cores(double rows) const;
   void choose_tile(double rows, Plan& p) const;

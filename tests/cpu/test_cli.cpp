@@ -185,6 +185,14 @@ TEST_F(CliTest, PlanForATargetNeedsNoGpuAndNamesOnlyItsTiles) {
     EXPECT_NE(check.err.find("mxmoe plan --target gb10"), std::string::npos) << check.err;
   }
   EXPECT_CLEAN_ERROR(run("check --target a100"), 2);
+  // An expert-parallel rank's plan: at T = 1024 rank 0 of 2 has 32 rows per expert, as one GPU has.
+  const CliResult ep = run("plan --target h200 --tokens 1024 --ep 2");
+  const CliResult whole = run("plan --target h200 --tokens 1024");
+  ASSERT_EQ(ep.exit_code, 0) << ep.err;
+  EXPECT_NE(ep.out.find("expert-parallel rank 0 of 2 (of 128 experts)"), std::string::npos) << ep.out;
+  const auto plan_line = [](const std::string& out) { return out.substr(out.find("T = 1024:")); };
+  EXPECT_EQ(plan_line(ep.out), plan_line(whole.out));
+  EXPECT_CLEAN_ERROR(run("plan --target h200 --ep 64"), 2);  // 128 experts / k = 4: at most 32 ranks
   const CliResult forced = run("plan --target gb10 --plan mma=wgmma64");
   EXPECT_CLEAN_ERROR(forced, 1);
   EXPECT_NE(forced.err.find("mma=wgmma64"), std::string::npos) << forced.err;

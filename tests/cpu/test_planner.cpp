@@ -250,5 +250,40 @@ TEST(Targets, AreDataAndAnUnknownNameListsThem) {
   test::expect_error_naming([] { target_caps("a100"); }, "valid targets are: h100, h200, rtx5090, rtxpro6000, gb10");
 }
 
+// An expert-parallel rank (E / W experts, the other ranks' pairs dropped) is planned for its share of the
+// pairs: the same rows per expert, so the same family and tile, as one GPU with the whole layer at the same
+// T. Planned as if all T * k pairs were local, it took bigger tiles (the records of 2026-11-28).
+TEST(Planner, AnExpertParallelRankPlansForItsShareOfThePairs) {
+  const MoeConfig full = MoeConfig::preset("gpt-oss-120b");
+  for (const std::string target : {"h100", "h200", "rtx5090", "gb10"}) {
+    const Planner one_gpu(input_for(target, full));
+    for (const int world : {2, 4, 8}) {
+      MoeConfig local = full;
+      local.num_experts = full.num_experts / world;
+      PlannerInput rank = input_for(target, local);
+      const Planner naive(rank);
+      rank.routed_experts = full.num_experts;
+      const Planner shared(rank);
+      bool naive_differs = false;
+      for (const int64_t t : {1, 2, 4, 8, 16, 64, 128, 256, 512, 768, 1024, 2048, 4096}) {
+        const Plan want = one_gpu.plan(t), got = shared.plan(t), old = naive.plan(t);
+        EXPECT_EQ(got.family, want.family) << target << " world " << world << " T = " << t;
+        EXPECT_EQ(got.max_active, std::min<int64_t>(local.num_experts, t * full.top_k)) << "grids cover every pair";
+        if (want.family == Family::Gemv) {
+          EXPECT_EQ(got.batch_rows, want.batch_rows) << target << " world " << world << " T = " << t;
+        } else {
+          EXPECT_EQ(got.m_tiles, want.m_tiles) << target << " world " << world << " T = " << t;
+          EXPECT_EQ(got.swap_ab, want.swap_ab) << target << " world " << world << " T = " << t;
+        }
+        naive_differs |= old.family != want.family || old.m_tiles != want.m_tiles || old.swap_ab != want.swap_ab;
+      }
+      EXPECT_TRUE(naive_differs) << target << " world " << world << ": the share should change some plan";
+    }
+  }
+  PlannerInput bad = input_for("h100", full);
+  bad.routed_experts = full.num_experts - 1;
+  test::expect_error_naming([&] { Planner p(bad); }, "routed_experts");
+}
+
 }  // namespace
 }  // namespace mxmoe::plan

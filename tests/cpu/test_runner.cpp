@@ -54,6 +54,9 @@ TEST(Runner, RejectsMisuse) {
   expect_error_naming([&] { (void)runner.describe_plan(5); }, "tokens");
   RunnerOptions bad = reference_options(-1);
   expect_error_naming([&] { MoeRunner r(cfg, layer.view(), bad); }, "max_tokens");
+  RunnerOptions fewer_routed = reference_options(4);
+  fewer_routed.routed_experts = cfg.num_experts - 1;  // fewer than the layer holds
+  expect_error_naming([&] { MoeRunner r(cfg, layer.view(), fewer_routed); }, "routed_experts");
   MoeWeights short_weights = layer.view();
   short_weights.w2_scales = short_weights.w2_scales.first(short_weights.w2_scales.size() - 1);
   expect_error_naming([&] { MoeRunner r(cfg, short_weights, reference_options(4)); }, "w2_scales");

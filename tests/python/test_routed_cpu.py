@@ -115,6 +115,19 @@ def test_fused_experts_maps_global_ids_through_expert_map(rng):
                             expert_map=expert_map.reshape(3, 4))
 
 
+def test_routed_experts_is_checked_by_name(rng):
+    """MoeLayer(routed_experts=): the experts the tokens are routed among (an expert-parallel rank's whole
+    layer), at least the layer's own; with a shard the shard says it."""
+    w = random_layer(rng, 5, H, I)
+    cfg = make_config(5, K, H, I)
+    mxmoe.MoeLayer(cfg, w, backend="reference", max_tokens=4, routed_experts=12)
+    with pytest.raises(mxmoe.Error, match="routed_experts"):
+        mxmoe.MoeLayer(cfg, w, backend="reference", max_tokens=4, routed_experts=4)
+    with pytest.raises(mxmoe.Error, match="routed_experts"):
+        mxmoe.MoeLayer(cfg, w, backend="reference", max_tokens=4, routed_experts=12,
+                       shard=mxmoe.ShardSpec("ep", 0, 1))
+
+
 def test_expert_map_in_torch_gives_numpy_bits(rng):
     """The same map applied by torch (CPU tensors here; on a GPU it stays on the device): the same bits,
     and an out-of-range global id becomes a NaN-marked pair (-2), never an out-of-bounds index."""

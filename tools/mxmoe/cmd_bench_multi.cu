@@ -4,6 +4,9 @@
 // rank: what an engine that reduces itself sees), the layer with the all-reduce, and the all-reduce alone
 // with its bytes; scaling efficiency = one-GPU time / (N x layer time). Layers are rotated so that a shard
 // small enough for L2 is not flattered.
+// ep-dp: expert-parallel over data-parallel tokens (ShardedMoe::forward_data_parallel). T is each rank's
+// own tokens; the one-GPU layer and the partial run all N x T, and the collectives (the all-gather and
+// the reduce-scatter) are the layer's time less the partial's.
 #include <cuda_runtime.h>
 
 #include <CLI/CLI.hpp>
@@ -133,15 +136,17 @@ double time_graphs(const std::vector<int>& devices, std::vector<RankState>& rank
 
 int run_bench_multi(const MultiOptions& o) {
   const MoeConfig config = MoeConfig::preset(o.preset);
-  const ShardMode mode = parse_shard_mode(o.parallel);
-  const int64_t max_tokens = *std::max_element(o.tokens.begin(), o.tokens.end());
+  const bool dp = o.parallel == "ep-dp";
+  const ShardMode mode = dp ? ShardMode::Expert : parse_shard_mode(o.parallel);
+  const int64_t gathered = dp ? o.gpus : 1;  // the layer's tokens per rank's T
+  const int64_t max_tokens = gathered * *std::max_element(o.tokens.begin(), o.tokens.end());
   LocalNcclWorld world(o.gpus);
   RunnerOptions options;
   options.max_tokens = max_tokens;
   options.backend = Backend::Auto;
 
   std::cout << "bench-multi: " << o.preset << ", " << o.gpus << " GPUs, " << to_string(mode) << "-parallel, "
-            << o.layers << " layers rotated; building the shards..." << std::endl;
+            << (dp ? "data-parallel tokens (T per rank; one GPU and the partial run N x T), " : "") << o.layers << " layers rotated; building the shards..." << std::endl;
   std::vector<RankState> ranks(static_cast<size_t>(o.gpus));
   std::vector<std::unique_ptr<MoeRunner>> single;  // the one-GPU layers, on GPU 0
   DeviceBuffer single_workspace;
@@ -184,25 +189,27 @@ int run_bench_multi(const MultiOptions& o) {
   record["device"] = prop.name;
   record["gpus"] = o.gpus;
   record["parallel"] = to_string(mode);
+  record["tokens"] = dp ? "data-parallel: tokens per rank; one_gpu_us and partial_us run gpus x tokens" : "replicated";
   record["commit"] = bench::commit_id();
   record["date"] = bench::utc_now();
   record["model"] = config.name;
   record["layers_rotated"] = o.layers;
   record["iterations"] = o.iterations;
   record["partials"] = o.fp32 ? "fp32" : "bf16";
-  record["allreduce_alone"] = "bf16";
+  record["allreduce_alone"] = dp ? "none: collectives_us = layer_us - partial_us (all-gather + reduce-scatter)" : "bf16";
   record["rows"] = nlohmann::json::array();
 
   std::cout << std::setw(6) << "T" << std::setw(12) << "1 GPU us" << std::setw(12) << "partial us" << std::setw(9)
-            << "ratio" << std::setw(12) << "layer us" << std::setw(9) << "ratio" << std::setw(12) << "allreduce"
+            << "ratio" << std::setw(12) << "layer us" << std::setw(9) << "ratio" << std::setw(12) << (dp ? "collectives" : "allreduce")
             << std::setw(12) << "bytes" << std::setw(8) << "share" << std::setw(8) << "eff" << "\n";
   std::vector<int> all(static_cast<size_t>(o.gpus));
   for (int r = 0; r < o.gpus; ++r) all[r] = r;
   for (int64_t t : o.tokens) {
     const double per = 1e3 / o.layers;  // ms per replay of all layers -> us per layer
+    const int64_t all_t = gathered * t;  // the layer's tokens
     const double one = per * time_graphs({0}, ranks, o, [&](int) {
       for (const auto& l : single)
-        l->forward(ranks[0].hidden.get<uint16_t>(), ranks[0].logits.get<float>(), t, ranks[0].out.get<uint16_t>(),
+        l->forward(ranks[0].hidden.get<uint16_t>(), ranks[0].logits.get<float>(), all_t, ranks[0].out.get<uint16_t>(),
                    single_workspace.get(), single_workspace.bytes(), ranks[0].stream);
     });
     double partial = 0;
@@ -210,21 +217,33 @@ int run_bench_multi(const MultiOptions& o) {
       partial = std::max(partial, per * time_graphs({r}, ranks, o, [&](int d) {
                            RankState& k = ranks[d];
                            for (const auto& l : k.layers)
-                             l->forward_partial(k.hidden.get<uint16_t>(), k.logits.get<float>(), t,
+                             l->forward_partial(k.hidden.get<uint16_t>(), k.logits.get<float>(), all_t,
                                                 k.out.get<uint16_t>(), k.workspace.get(), k.workspace.bytes(), k.stream);
                          }));
     }
     const double layer = per * time_graphs(all, ranks, o, [&](int d) {
       RankState& k = ranks[d];
+      // Data-parallel: rank d's own tokens are its slice of the batch (other routing on each rank).
+      const int64_t first = dp ? d * t : 0;
       for (const auto& l : k.layers)
-        l->forward(k.hidden.get<uint16_t>(), k.logits.get<float>(), t, k.out.get<uint16_t>(), k.workspace.get(),
-                   k.workspace.bytes(), k.stream);
+        if (dp)
+          l->forward_data_parallel(k.hidden.get<uint16_t>() + first * config.hidden,
+                                   k.logits.get<float>() + first * config.num_experts, t, k.out.get<uint16_t>(),
+                                   k.workspace.get(), k.workspace.bytes(), k.stream);
+        else
+          l->forward(k.hidden.get<uint16_t>(), k.logits.get<float>(), t, k.out.get<uint16_t>(), k.workspace.get(),
+                     k.workspace.bytes(), k.stream);
     });
-    const double collective = per * time_graphs(all, ranks, o, [&](int d) {
+    // The collective alone: the bf16 all-reduce (fp32 partials move twice these bytes inside `layer`); for
+    // ep-dp the layer less the partial, and the bytes each rank receives: the gathered hidden states and
+    // logits of the other ranks, and its T rows of the reduce-scatter from each of them.
+    const double collective = dp ? layer - partial : per * time_graphs(all, ranks, o, [&](int d) {
       for (const auto& l : ranks[d].layers) l->all_reduce(ranks[d].out.get<uint16_t>(), t, ranks[d].stream);
     });
-    // The collective alone is the bf16 all-reduce (fp32 partials move twice these bytes inside `layer`).
-    const double bytes = static_cast<double>(t) * config.hidden * 2;
+    const double partial_bytes = o.fp32 ? 4.0 : 2.0;
+    const double bytes = dp ? static_cast<double>(o.gpus - 1) * t *
+                                  (config.hidden * (2.0 + partial_bytes) + config.num_experts * 4.0)
+                            : static_cast<double>(t) * config.hidden * 2;
     const double efficiency = one / (o.gpus * layer);
     std::cout << std::setw(6) << t << std::fixed << std::setprecision(1) << std::setw(12) << one << std::setw(12)
               << partial << std::setprecision(3) << std::setw(9) << partial / one << std::setprecision(1)
@@ -238,12 +257,12 @@ int run_bench_multi(const MultiOptions& o) {
     row["partial_ratio"] = partial / one;
     row["layer_us"] = layer;
     row["layer_ratio"] = layer / one;
-    row["allreduce_us"] = collective;
-    row["allreduce_bytes"] = bytes;
-    row["allreduce_share"] = collective / layer;
+    row[dp ? "collectives_us" : "allreduce_us"] = collective;
+    row[dp ? "collective_bytes_received" : "allreduce_bytes"] = bytes;
+    row[dp ? "collectives_share" : "allreduce_share"] = collective / layer;
     row["scaling_efficiency"] = efficiency;
-    row["plan_one_gpu"] = single[0]->describe_plan(t);
-    row["plan_rank0"] = ranks[0].layers[0]->runner().describe_plan(t);
+    row["plan_one_gpu"] = single[0]->describe_plan(all_t);
+    row["plan_rank0"] = ranks[0].layers[0]->runner().describe_plan(all_t);
     record["rows"].push_back(row);
   }
   for (auto& k : ranks) cudaStreamDestroy(k.stream);
@@ -266,8 +285,10 @@ void add_bench_multi_command(CLI::App& app, int& exit_code) {
       ->capture_default_str()
       ->check(CLI::Validator(validate_preset_name, "PRESET", "preset"));
   cmd->add_option("--gpus", o->gpus, "GPUs (ranks), 1 .. the GPUs present")->check(integer_in(1, 64))->capture_default_str();
-  cmd->add_option("--parallel", o->parallel, "tp (tensor-parallel) or ep (expert-parallel)")
-      ->check(CLI::IsMember({"tp", "ep", "tensor", "expert"}))
+  cmd->add_option("--parallel", o->parallel,
+                  "tp (tensor-parallel), ep (expert-parallel), tokens replicated; or ep-dp (expert-parallel, each "
+                  "rank its own T tokens: all-gather, local experts, reduce-scatter)")
+      ->check(CLI::IsMember({"tp", "ep", "tensor", "expert", "ep-dp"}))
       ->capture_default_str();
   cmd->add_option("--tokens", o->tokens, "Batch sizes to time")
       ->delimiter(',')

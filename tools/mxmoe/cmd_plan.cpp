@@ -9,6 +9,7 @@
 #include "mxmoe/device.hpp"
 #include "mxmoe/error.hpp"
 #include "mxmoe/plan_override.hpp"
+#include "mxmoe/shard.hpp"
 #include "plan/device_caps.hpp"
 #include "plan/planner.hpp"
 
@@ -21,11 +22,20 @@ struct PlanOptions {
   std::vector<int64_t> tokens = {0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096};
   std::string backend = "auto";
   std::string plan;
+  int ep = 1;  // plan rank 0 of an expert-parallel layer over this many ranks
 };
 
 int run_plan(const PlanOptions& o) {
-  const MoeConfig config = MoeConfig::preset(o.preset);
+  MoeConfig config = MoeConfig::preset(o.preset);
   plan::PlannerInput in;
+  if (o.ep > 1) {
+    // Rank 0's experts, as ShardedMoe plans them (ShardSpec's contiguous ranges; each rank needs k).
+    if (o.ep > config.num_experts / config.top_k)
+      throw UsageError("--ep: at most E / k = " + std::to_string(config.num_experts / config.top_k) +
+                       " ranks (each needs k experts), got " + std::to_string(o.ep));
+    in.routed_experts = config.num_experts;
+    config.num_experts = resolve_shard(config, ShardSpec::expert(0, o.ep)).local.num_experts;
+  }
   if (!o.target.empty()) {
     in.caps = plan::target_caps(o.target);
     in.fits = plan::fits_for_caps(in.caps);
@@ -40,7 +50,9 @@ int run_plan(const PlanOptions& o) {
   if (in.backend == Backend::Reference) throw UsageError("--backend: 'reference' has no GPU plan");
   in.force = parse_plan_override(o.plan, "--plan");
   const plan::Planner planner(in);
-  std::cout << "plan: " << describe_shape(config) << ", backend " << o.backend << "\n";
+  std::cout << "plan: " << describe_shape(config) << ", backend " << o.backend;
+  if (o.ep > 1) std::cout << ", expert-parallel rank 0 of " << o.ep << " (of " << in.routed_experts << " experts)";
+  std::cout << "\n";
   std::cout << "device: " << plan::describe(in.caps) << (in.caps.is_target ? "" : " (probed)") << "\n";
   for (const std::string& note : planner.notes()) std::cout << "  not a candidate: " << note << "\n";
   for (const int64_t t : o.tokens) std::cout << "T = " << t << ": " << planner.plan(t).to_string() << "\n";
@@ -62,6 +74,10 @@ void add_plan_command(CLI::App& app, int& exit_code) {
       ->delimiter(',')
       ->capture_default_str()
       ->check(integer_in(0, int64_t{1} << 20));
+  cmd->add_option("--ep", o->ep, "Plan rank 0 of an expert-parallel layer over N ranks (its E / N experts, the "
+                               "other ranks' pairs dropped)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--backend", o->backend, "GPU backend: auto, gemv, mma, mx-emulated, mx")
       ->capture_default_str()
       ->check(CLI::Validator(validate_backend_name, "BACKEND", "backend"));
