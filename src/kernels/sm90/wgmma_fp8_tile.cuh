@@ -91,6 +91,7 @@ __device__ __forceinline__ void wgmma_fp8_chunk(uint32_t act, const uint8_t* rec
                                                 float (&acc)[kRows / 2], Between&& between) {
   const uint32_t sc = *reinterpret_cast<const uint16_t*>(record + gemv::lane_scale_offset(lane));
   const kernels::Fp8Table t_lo = kernels::fp8_table(sc & 0xFFu, c_lo), t_hi = kernels::fp8_table(sc >> 8, c_hi);
+  __syncwarp();  // the tables' rare slow path diverges; the wgmmas below are .aligned
   const uint32_t desc0 = kernels::wgmma_desc_sw128_low_uniform(act);
   // The lane's 8 words (rows g and g+8) in two 16-byte loads before the first wait, as the bf16 tiles.
   const uint8_t* data = record + gemv::lane_data_offset(lane);
