@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <set>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "kernels/sm90/fp8_chunk_order.hpp"
 #include "layout/fp8_decode.cuh"
 #include "layout/fp8_row_exponents.hpp"
+#include "layout/gemv_layout.hpp"
 #include "layout/mx_decode.cuh"
 #include "mxmoe/error.hpp"
 #include "mxmoe/formats.hpp"
@@ -94,6 +96,87 @@ TEST(Fp8Decode, MatchesTheModelsE4m3WeightsBitForBit) {
       }
   }
   EXPECT_GT(checked_slow, 0);
+}
+
+// The kernel's data path on the host, one 16-row tile: each lane's record words and scales decoded at
+// its rows' exponents (wgmma_fp8_tile.cuh), placed in the 8-bit A fragment of K step s (a0 = row g K
+// slots 4t.., a1 = row g+8, a2 = row g slots 16+4t.., a3 = row g+8), times the staged activation bytes
+// 32s .. 32s + 31 of each row's chunk line (fp8_chunk_order.hpp), equals the fp8 model's dot products
+// of the same rows: the record offsets, the decode, the fragment and the activation order agree. GEMM1's
+// row order (gates and linears) and GEMM2's; K a multiple of 128 and K % 128 == 64.
+TEST(Fp8DataPath, TheFragmentsMeetTheActivationsAsTheModelSays) {
+  std::mt19937_64 rng(test::fresh_seed());
+  for (const bool swiglu_pairs : {false, true})
+    for (const int k : {256, 352}) {
+      SCOPED_TRACE(std::string(swiglu_pairs ? "GEMM1" : "GEMM2") + ", K " + std::to_string(k));
+      const int n = 16, kb = k / 32, act_rows = 8;
+      std::vector<uint8_t> blocks(n * kb * 16), scales(n * kb);
+      for (auto& b : blocks) b = static_cast<uint8_t>(rng());
+      for (int r = 0; r < n; ++r)
+        for (int b = 0; b < kb; ++b) scales[r * kb + b] = static_cast<uint8_t>(118 + rng() % 8 - (r == 5 && b % 3 == 0) * 17);
+      const gemv::PackedShape shape = gemv::packed_shape(n, kb);
+      std::vector<uint8_t> packed(static_cast<size_t>(shape.bytes()));
+      gemv::pack_expert(blocks.data(), scales.data(), shape, swiglu_pairs, packed.data());
+      std::vector<int8_t> exponents(n);
+      layout::fp8_row_exponents(scales.data(), 1, n, kb, exponents.data());
+      // The model's weights (checkpoint rows) and activations (e4m3 values), and the staged bytes.
+      std::vector<double> w(n * k), x(act_rows * k);
+      for (int r = 0; r < n; ++r) {
+        for (int kk = 0; kk < k; ++kk) {
+          const uint8_t byte = blocks[(r * kb + kk / 32) * 16 + (kk % 32) / 2];
+          w[r * k + kk] = std::ldexp(double{e2m1_to_float(kk % 2 ? byte >> 4 : byte & 0xF)}, scales[r * kb + kk / 32] - 127);
+        }
+        fp8::e4m3_weight_row(std::span<double>(w.data() + r * k, k), exponents[r]);
+      }
+      const int64_t pitch = sm90::padded_k(k);
+      std::vector<uint8_t> staged(act_rows * pitch, 0);
+      for (int a = 0; a < act_rows; ++a)
+        for (int kk = 0; kk < k; ++kk) {
+          const uint8_t code = static_cast<uint8_t>(rng() % 0x7F) | static_cast<uint8_t>(rng() % 2 << 7);
+          x[a * k + kk] = e4m3_to_float(code);
+          staged[a * pitch + sm90::fp8_row_position(kk)] = code;
+        }
+      // D[tile row][activation row], by K steps as the kernel issues them.
+      double d[16][act_rows] = {};
+      for (int chunk = 0; chunk < shape.chunks; ++chunk) {
+        const uint8_t* record = packed.data() + chunk * gemv::kChunkBytes;
+        uint8_t a_frag[16][32];  // [tile row][K slot] of one step
+        for (int s = 0; s < 4; ++s) {
+          for (int lane = 0; lane < 32; ++lane) {
+            const int g = lane / 4, t = lane % 4;
+            uint32_t regs[2][2];  // [row g, g+8][a, b]
+            for (int h = 0; h < 2; ++h) {
+              const int ckpt = static_cast<int>(gemv::source_row(0, g + 8 * h, swiglu_pairs));
+              const uint8_t scale = record[gemv::lane_scale_offset(lane) + h];
+              uint32_t word;
+              std::memcpy(&word, record + gemv::lane_data_offset(lane) + h * gemv::kRecordHalfBytes + 4 * s, 4);
+              kernels::decode_e2m1x8_e4m3(word, kernels::fp8_table(scale, exponents[ckpt]), regs[h][0], regs[h][1]);
+            }
+            for (int j = 0; j < 4; ++j) {
+              a_frag[g][4 * t + j] = (regs[0][0] >> (8 * j)) & 0xFF;          // a0
+              a_frag[g + 8][4 * t + j] = (regs[1][0] >> (8 * j)) & 0xFF;      // a1
+              a_frag[g][16 + 4 * t + j] = (regs[0][1] >> (8 * j)) & 0xFF;     // a2
+              a_frag[g + 8][16 + 4 * t + j] = (regs[1][1] >> (8 * j)) & 0xFF; // a3
+            }
+          }
+          for (int m = 0; m < 16; ++m)
+            for (int a = 0; a < act_rows; ++a)
+              for (int slot = 0; slot < 32; ++slot) {
+                const int ckpt = static_cast<int>(gemv::source_row(0, m, swiglu_pairs));
+                d[m][a] += std::ldexp(double{e4m3_to_float(a_frag[m][slot])}, exponents[ckpt]) *
+                           e4m3_to_float(staged[a * pitch + chunk * 128 + 32 * s + slot]);
+              }
+        }
+      }
+      for (int m = 0; m < 16; ++m) {
+        const int ckpt = static_cast<int>(gemv::source_row(0, m, swiglu_pairs));
+        for (int a = 0; a < act_rows; ++a) {
+          double want = 0;
+          for (int kk = 0; kk < k; ++kk) want += w[ckpt * k + kk] * x[a * k + kk];
+          ASSERT_NEAR(d[m][a], want, 1e-9 * (std::abs(want) + 1e-30) + 1e-300) << "tile row " << m << ", row " << a;
+        }
+      }
+    }
 }
 
 TEST(Fp8RowExponents, AreTheModelsRowExponentsClampedToInt8) {
