@@ -21,6 +21,7 @@ enum class TileFamily : uint8_t {
   Swap,   // mma.sync swap-AB, the weights on M (mma/swap_gemm_kernel.cu)
   Wgmma,  // Hopper's warpgroup MMA (sm90/wgmma_gemm_kernel.cu)
   Mx,     // MXFP8 activations, emulated or native MX atom (mma/mx_gemm_kernel.cu)
+  WgmmaFp8,  // Hopper's FP8 (W4A8) warpgroup MMA (sm90/wgmma_fp8_gemm_kernel.cu); not planned yet
 };
 
 // The architectures where a tile runs (a bit set). Every tile is compiled for every architecture of
@@ -107,6 +108,12 @@ inline constexpr TileRow kTileTable[] = {
     // The MX backends' one tile (MXFP8 x MXFP4, 64 rows x 256 weight rows): the path to SM12x's native
     // block-scaled MMA (not run yet). Emulated on an H200 (e4c0d15): T = 1 223, T = 1024 3428.
     {TileFamily::Mx, "mx64", 64, 256, 128, 2, 8, 56320, kArchAny, true},
+    // Hopper's FP8 (W4A8) wgmma tiles (docs/fp8.md): the wgmma tiles' shape with e4m3 operands, one
+    // 128-byte activation line per row and chunk (half the bytes of bf16), 4 stages in every height (two
+    // blocks per SM at 32 rows, one from 64: Fp8Shape says why). Not timed yet; not planned yet.
+    {TileFamily::WgmmaFp8, "fp8wgmma32", 32, 256, 128, 4, 16, 87040, kArchSm90a, false},
+    {TileFamily::WgmmaFp8, "fp8wgmma64", 64, 256, 128, 4, 16, 103424, kArchSm90a, false},
+    {TileFamily::WgmmaFp8, "fp8wgmma128", 128, 256, 128, 4, 16, 136192, kArchSm90a, false},
 };
 inline constexpr size_t kTileCount = std::size(kTileTable);
 

@@ -17,7 +17,8 @@ std::optional<MmaTileChoice> mma_choice_of(const TileRow& row) {
     case TileFamily::Swap: return MmaTileChoice{row.rows, MmaForm::SwapAb};
     case TileFamily::Wgmma: return MmaTileChoice{row.rows, MmaForm::Wgmma};
     case TileFamily::Gemv:
-    case TileFamily::Mx: break;
+    case TileFamily::Mx:
+    case TileFamily::WgmmaFp8: break;  // the fp8 tiles are not planned yet
   }
   return std::nullopt;
 }
@@ -64,6 +65,7 @@ TileForce force_of(const TileRow& row) {
       f.plan.mma_tile = mma_choice_of(row);
       break;
     case TileFamily::Mx: f.backend = Backend::MxEmulated; break;
+    case TileFamily::WgmmaFp8: break;  // not planned yet: nothing to force
   }
   return f;
 }
@@ -83,7 +85,8 @@ std::optional<TunePlan> tune_plan_of(const TileRow& row) {
       p.swap_ab = row.family == TileFamily::Swap;
       p.wgmma = row.family == TileFamily::Wgmma;
       return p;
-    case TileFamily::Mx: break;
+    case TileFamily::Mx:
+    case TileFamily::WgmmaFp8: break;
   }
   return std::nullopt;
 }

@@ -13,6 +13,7 @@
 #include "kernels/gemv/gemv.hpp"
 #include "kernels/mma/mma_gemm.hpp"
 #include "kernels/mma/mx_gemm.hpp"
+#include "kernels/sm90/wgmma_fp8_gemm.hpp"
 #include "kernels/sm90/wgmma_gemm.hpp"
 #include "kernels/tile_table.hpp"
 #include "mxmoe/error.hpp"
@@ -40,7 +41,8 @@ bool is_tensor_core(TileFamily f) { return f == TileFamily::Mma || f == TileFami
 
 // Whether the planner can run the row here: built, and for wgmma with sm_90a code in the library.
 bool runnable(const TileRow& r) {
-  return kernels::row_built(r) && (r.family != TileFamily::Wgmma || sm90::wgmma_in_build());
+  const bool wgmma = r.family == TileFamily::Wgmma || r.family == TileFamily::WgmmaFp8;
+  return kernels::row_built(r) && (!wgmma || sm90::wgmma_in_build());
 }
 
 TEST(TileTable, NamesAreUniqueAndEachRowsOverrideParsesBackToIt) {
@@ -86,6 +88,7 @@ TEST(TileTable, EveryForcedRowIsTheRowThePlanRuns) {
   for (size_t i = 0; i < kernels::kTileCount; ++i) {
     const TileRow& r = kTileTable[i];
     SCOPED_TRACE(std::string(r.name));
+    if (r.family == TileFamily::WgmmaFp8) continue;  // the fp8 precision is not planned yet: nothing forces it
     const TileForce force = force_of(r);
     for (const MoeConfig& c : shapes()) {
       PlannerInput in = input_for(target_for(r), c, force.backend);
@@ -134,6 +137,9 @@ TEST(TileTable, Sm12xRowsFitTheir99KBAndTheKernelsAgree) {
       case TileFamily::Swap: EXPECT_EQ(mma::swap_smem_bytes(m), static_cast<size_t>(r.smem_bytes)); break;
       case TileFamily::Wgmma: EXPECT_EQ(sm90::wgmma_smem_bytes(r.rows), static_cast<size_t>(r.smem_bytes)); break;
       case TileFamily::Mx: EXPECT_EQ(mma::mx_smem_bytes(), static_cast<size_t>(r.smem_bytes)); break;
+      case TileFamily::WgmmaFp8:
+        EXPECT_EQ(sm90::wgmma_fp8_smem_bytes(r.rows), static_cast<size_t>(r.smem_bytes));
+        break;
       case TileFamily::Gemv: break;
     }
   }
@@ -168,6 +174,7 @@ TEST(TileTable, BuiltRowsAndTheMinimalProfile) {
       case TileFamily::Swap: EXPECT_EQ(built, mma::swap_supported(r.rows / 16)); break;
       case TileFamily::Wgmma: EXPECT_EQ(built, sm90::wgmma_rows_supported(r.rows)); break;
       case TileFamily::Mx: EXPECT_TRUE(built) << "every profile has the MX tile"; break;
+      case TileFamily::WgmmaFp8: EXPECT_EQ(built, sm90::wgmma_fp8_rows_supported(r.rows)); break;
     }
   }
   const int gemv_minimal = kernels::find_row(TileFamily::Gemv, 8, gemv::kDefaultStages);
@@ -175,7 +182,8 @@ TEST(TileTable, BuiltRowsAndTheMinimalProfile) {
   EXPECT_TRUE(kTileTable[gemv_minimal].minimal);
   ASSERT_GE(kernels::find_row(TileFamily::Mma, 64), 0);
   EXPECT_TRUE(kTileTable[kernels::find_row(TileFamily::Mma, 64)].minimal) << "the planner's fallback tile";
-  for (const TileFamily f : {TileFamily::Gemv, TileFamily::Mma, TileFamily::Swap, TileFamily::Wgmma, TileFamily::Mx}) {
+  for (const TileFamily f :
+       {TileFamily::Gemv, TileFamily::Mma, TileFamily::Swap, TileFamily::Wgmma, TileFamily::Mx, TileFamily::WgmmaFp8}) {
     int minimal = 0;
     for (const TileRow& r : kTileTable) minimal += r.family == f && r.minimal;
     EXPECT_LE(minimal, 1) << "one tile per family in the minimal profile";

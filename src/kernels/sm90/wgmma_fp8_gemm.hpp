@@ -1,0 +1,44 @@
+#pragma once
+// Hopper's FP8 (W4A8) tensor-core family (sm_90a; docs/fp8.md, reference/fp8_model.hpp): the bf16 wgmma
+// tiles' shape (wgmma_gemm.hpp: 16 warps, one 16-row weight tile each = 256 weight rows on M, 32, 64 or
+// 128 rows of one expert on N, K in chunks of 128 through a ring of tensor-copy stages) with e4m3
+// operands, one m64nNk32 wgmma per K step of 32:
+// - weights: the GEMV layout's records as they are, each MXFP4 element decoded in registers to the e4m3
+//   byte of m x 2^(x - c) (layout/fp8_decode.cuh), c the row's exponent (layout/fp8_row_exponents.hpp);
+// - activations: e4m3 rows with one fp32 scale each (quantize_rows_e4m3, fp8_chunk_order.hpp: GEMM1's
+//   per token, expanded to the sorted rows; GEMM2's per sorted row of the SwiGLU output), one 128-byte
+//   line per row and chunk;
+// - epilogue: acc x 2^c[row] x act_scale[sorted row], then the bf16 family's (bias and clamped SwiGLU
+//   -> GEMM1's bf16 intermediate, in PLAIN order with row pitch padded_k(N / 2), which GEMM2's
+//   quantize_rows_e4m3 reads; bias and routing weight -> GEMM2's bf16 rows for the combine).
+// MmaArgs::act is the e4m3 rows (as bytes: reinterpret_cast<const uint16_t*>), MmaArgs::k their padded
+// row length in bytes (padded_k(K)); MmaArgs::half_tail and wide_scales are not read (fp8_chunk_order.hpp
+// and fp8_decode.cuh say why).
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/mma/mma_gemm.hpp"
+
+namespace mxmoe::sm90 {
+
+struct Fp8Operands {
+  const int8_t* row_exponents = nullptr;  // [E][N] in checkpoint row order (fp8_row_exponents)
+  const float* act_scales = nullptr;      // [sorted rows]: quantize_rows_e4m3's scales
+};
+
+// Whether this build has the family's tile of `rows` rows (the tile table's WgmmaFp8 rows: 32, 64, 128),
+// its dynamic shared memory, and whether the family runs on `device` (as wgmma_runs).
+bool wgmma_fp8_rows_supported(int rows);
+size_t wgmma_fp8_smem_bytes(int rows);
+bool wgmma_fp8_runs(int device);
+// Lets the kernels use their dynamic shared memory (idempotent); needs wgmma_fp8_runs.
+void configure_wgmma_fp8();
+// GEMM1 (+ bias + SwiGLU -> bf16 intermediate [rows, padded_k(n / 2)], plain order) or GEMM2 (+ bias,
+// times the routing weight -> bf16 rows). Programmatic dependent launch.
+template <bool kGemm1>
+void launch_wgmma_fp8(const mma::MmaArgs& args, const Fp8Operands& fp8, int64_t tokens, int max_active, int rows,
+                      cudaStream_t stream);
+
+}  // namespace mxmoe::sm90

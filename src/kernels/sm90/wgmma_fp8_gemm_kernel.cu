@@ -1,0 +1,204 @@
+// The FP8 (W4A8) wgmma tiles (wgmma_fp8_gemm.hpp).
+//
+// The bf16 wgmma tiles' block (wgmma_gemm_kernel.cu) with e4m3 operands: K step s (0..3) of a chunk is
+// one m64nNk32 wgmma whose A fragment, in lane (g, t), is word s of MX block t of rows g and g+8 decoded
+// to e4m3 at the row's exponent (fp8_decode.cuh), and whose B is the 32 bytes of step s in each staged
+// activation line (fp8_chunk_order.hpp). Shared memory per stage: the m-tile's lines (rows x 128 bytes,
+// 1024-byte aligned, 128-byte swizzled), then the 16 weight records; one thread fills it with two tensor
+// copies. Every chunk is a whole one (the half chunk of K % 128 == 64 too: fp8_chunk_order.hpp). All
+// tiles release a stage within the next chunk (after its step 1) and refill it after step 3; one width
+// per tile (the bf16 tiles' narrower paths are not here yet).
+#include "kernels/sm90/wgmma_fp8_tile.cuh"
+
+#include <string>
+
+namespace mxmoe::sm90 {
+namespace {
+
+template <bool kGemm1, int kRows>
+__global__ void __launch_bounds__(kThreads, Fp8Shape<kRows>::kBlocksPerSm)
+    wgmma_fp8_kernel(const mma::MmaArgs a, const Fp8Operands f, const __grid_constant__ Fp8Maps maps) {
+#if MXMOE_HAS_WGMMA
+  using S = Fp8Shape<kRows>;
+  constexpr int kStages = S::kStages;
+  constexpr int kAhead = kStages - 1;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  __shared__ routing::MTile tile;
+  __shared__ __align__(8) uint64_t full[kStages];   // a stage's records and activations have landed
+  __shared__ __align__(8) uint64_t empty[kStages];  // every warp is done with a stage
+  uint8_t* smem = smem_raw + ((1024 - (smem_address(smem_raw) & 1023)) & 1023);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  // Blocks in m-tile-major order, as the bf16 tiles (an m-tile's weight blocks side by side).
+  const int weight_blocks = (a.tiles + kTiles - 1) / kTiles;
+  const int m_tile = static_cast<int>(blockIdx.x) / weight_blocks, weight_block = static_cast<int>(blockIdx.x) % weight_blocks;
+  const int tile0 = weight_block * kTiles;
+  const int my_tile = tile0 + warp;
+  const bool producer = threadIdx.x == 0;
+  if (producer) {
+    kernels::tma_prefetch_map(&maps.weights);
+    kernels::tma_prefetch_map(&maps.act);
+    for (int s = 0; s < kStages; ++s) {
+      kernels::mbarrier_init(&full[s], 1);
+      kernels::mbarrier_init(&empty[s], kWarps);
+    }
+    kernels::fence_barrier_init();
+  }
+  if (!mma::find_block_m_tile<kRows>(a, m_tile, tile)) return;
+  const int expert = tile.expert;
+  const int expert_tile0 = expert * a.tiles + tile0;
+  auto load = [&](int c) {
+    const int stage = c % kStages;
+    load_fp8_stage<kRows>(smem + stage * S::kStageBytes, maps, c, expert_tile0, tile.row0, &full[stage]);
+  };
+  if (producer)
+    for (int c = 0; c < kAhead && c < a.chunks; ++c) load(c);
+
+  // The lane's rows g and g+8 of its tile in checkpoint order (gemv_layout.hpp: GEMM1's tile rows are
+  // the gates and linears of features 8 * tile + g), and their exponents. A warp past the GEMM's last
+  // tile decodes whatever its records hold into accumulator rows that are never stored: -128 keeps its
+  // tables on the fast path.
+  const int row_lo = kGemm1 ? 2 * (8 * my_tile + g) : my_tile * gemv::kTileRows + g;
+  const int row_hi = kGemm1 ? row_lo + 1 : row_lo + 8;
+  const bool my_rows = my_tile < a.tiles;
+  const int8_t* exponents = f.row_exponents + static_cast<int64_t>(expert) * a.n;
+  const int c_lo = my_rows ? exponents[row_lo] : -128, c_hi = my_rows ? exponents[row_hi] : -128;
+
+  const bool group_active = tile0 + (warp & ~3) < a.tiles;
+  float acc[kRows / 2] = {};
+  for (int c = 0; c < a.chunks; ++c) {
+    const int stage = c % kStages;
+    kernels::mbarrier_wait_parity(&full[stage], static_cast<uint32_t>(c / kStages) & 1u);
+    // Chunk c - 1's groups are all retired by step 1's wait: its stage is released then, and refilled
+    // with chunk c + kAhead after step 3 once every warp has released it (the bf16 tiles' ring).
+    auto between = [&](int w) {
+      if (w == 1 && lane == 0 && c > 0) kernels::mbarrier_arrive(&empty[(c - 1) % kStages]);
+      if (w == 3 && producer && c + kAhead < a.chunks) {
+        if (c > 0) kernels::mbarrier_wait_parity(&empty[(c - 1) % kStages], static_cast<uint32_t>((c - 1) / kStages) & 1u);
+        load(c + kAhead);
+      }
+    };
+    const uint8_t* st = smem + stage * S::kStageBytes;
+    if (group_active) {
+      wgmma_fp8_chunk<kRows>(smem_address(st), st + S::kActBytes + warp * gemv::kChunkBytes, lane, c_lo, c_hi, acc,
+                             between);
+    } else {
+      __syncwarp();
+#pragma unroll
+      for (int w = 0; w < 4; ++w) between(w);
+    }
+  }
+  kernels::wgmma_wait<0>();
+  kernels::wgmma_fence_operands(acc);
+  if (!my_rows) return;
+
+  // acc x act_scale[row] x 2^c: the fp32 value of the row's e4m3 products (ldexpf: exact, subnormals too).
+  float(&acc_tiles)[1][kRows / 8][4] = *reinterpret_cast<float(*)[1][kRows / 8][4]>(&acc);
+#pragma unroll
+  for (int n = 0; n < kRows / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int r = n * 8 + 2 * t + e;
+      const float scale = r < tile.rows ? f.act_scales[tile.row0 + r] : 0.f;
+      acc_tiles[0][n][e] = ldexpf(acc_tiles[0][n][e] * scale, c_lo);
+      acc_tiles[0][n][2 + e] = ldexpf(acc_tiles[0][n][2 + e] * scale, c_hi);
+    }
+  const int64_t pitch = padded_k(a.n / 2);
+  const mma::EpilogueArgs epilogue{a.bias, a.n, a.row_pair, a.pair_weights, a.out, a.alpha, a.limit};
+  auto gemm1_index = [pitch](int64_t row, int feature) { return row * pitch + feature; };  // plain order
+  mma::store_swap_rows<kGemm1>(epilogue, acc_tiles, expert, tile.row0, tile.rows, my_tile, 0, g, t, gemm1_index);
+#else
+  (void)a, (void)f;
+  __trap();
+#endif
+}
+
+// The tile table's FP8 wgmma rows (kernels/tile_table.hpp) are these shapes.
+template <class Row>
+constexpr bool row_is_kernel(Row) {
+  constexpr kernels::TileRow r = kernels::kRowOf<Row>;
+  using S = Fp8Shape<r.rows>;
+  static_assert(r.weight_rows == kBlockWeightRows && r.k_chunk == gemv::kChunkK && r.warps == kWarps,
+                "an FP8 wgmma row: 16 warps of one 16-row weight tile each, K in chunks");
+  static_assert(r.stages == S::kStages && r.smem_bytes == S::kSmemBytes, "an FP8 wgmma row's ring is its Fp8Shape's");
+  static_assert(r.archs == kernels::kArchSm90a, "wgmma runs on sm_90a only");
+  return true;
+}
+static_assert(kernels::all_rows_of<kernels::TileFamily::WgmmaFp8>([](auto i) { return row_is_kernel(i); }));
+
+// f(kernel, rows) for each kernel of the table's FP8 wgmma rows that this build has.
+template <class F>
+void for_each_variant(F&& f) {
+  kernels::for_each_row<kernels::TileFamily::WgmmaFp8>([&](auto i) {
+    constexpr int rows = kernels::kRowOf<decltype(i)>.rows;
+    f(wgmma_fp8_kernel<true, rows>, rows);
+    f(wgmma_fp8_kernel<false, rows>, rows);
+  });
+}
+
+}  // namespace
+
+bool wgmma_fp8_rows_supported(int rows) { return kernels::tile_built(kernels::TileFamily::WgmmaFp8, rows); }
+
+size_t wgmma_fp8_smem_bytes(int rows) {
+  const int row = kernels::find_row(kernels::TileFamily::WgmmaFp8, rows);
+  MXMOE_REQUIRE(row >= 0, "fp8 wgmma: no tile has ", rows, " rows");
+  return static_cast<size_t>(kernels::kTileTable[row].smem_bytes);
+}
+
+bool wgmma_fp8_runs(int device) {
+  bool any = false;
+  kernels::for_each_row<kernels::TileFamily::WgmmaFp8>([&](auto) { any = true; });
+  // wgmma_in_build: the bf16 tiles are built and the build has sm_90a code; the FP8 rows are built with them.
+  if (!any || !wgmma_in_build()) return false;
+  int major = 0, minor = 0, optin = 0;
+  MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if ((kernels::arch_of(major, minor) & kernels::kArchSm90a) == 0) return false;
+  return kernels::variants_fit([](auto f) { for_each_variant(f); }, wgmma_fp8_smem_bytes, static_cast<size_t>(optin));
+}
+
+void configure_wgmma_fp8() {
+  for_each_variant([&](auto kernel, int rows) {
+    MXMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(wgmma_fp8_smem_bytes(rows))));
+    MXMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                          cudaSharedmemCarveoutMaxShared));
+  });
+}
+
+template <bool kGemm1>
+void launch_wgmma_fp8(const mma::MmaArgs& a, const Fp8Operands& fp8, int64_t tokens, int max_active, int rows,
+                      cudaStream_t stream) {
+  MXMOE_REQUIRE(wgmma_fp8_rows_supported(rows), "fp8 wgmma: rows must be one of this build's fp8 wgmma tiles (",
+                kernels::built_rows_list(kernels::TileFamily::WgmmaFp8), "), got ", rows);
+  MXMOE_REQUIRE(a.k == padded_k(a.k) && a.k >= a.chunks * gemv::kChunkK,
+                "fp8 wgmma: the activations' row length must be whole chunks covering K, got ", a.k);
+  MXMOE_REQUIRE(fp8.row_exponents != nullptr && fp8.act_scales != nullptr,
+                "fp8 wgmma: the row exponents and the activation scales are required");
+  MXMOE_REQUIRE(tokens * a.top_k < (int64_t{1} << 31), "fp8 wgmma: too many rows for the tensor maps: tokens ", tokens);
+  if (tokens == 0 || max_active == 0) return;
+  MXMOE_REQUIRE(a.n == a.tiles * gemv::kTileRows, "fp8 wgmma: N must be whole 16-row tiles, got ", a.n);
+  const unsigned m_blocks = mma::m_tile_blocks(a, tokens, max_active, rows);
+  const int64_t blocks = static_cast<int64_t>(m_blocks) * ((a.tiles + kTiles - 1) / kTiles);
+  MXMOE_REQUIRE(blocks < (int64_t{1} << 31), "fp8 wgmma: too many blocks (", blocks, ")");
+  Fp8Maps maps{};
+  maps.weights = kernels::encode_record_map("fp8 wgmma weights", a, kernels::kRecordWords, kTiles);
+  const uint64_t act_dims[] = {static_cast<uint64_t>(a.k), static_cast<uint64_t>(tokens * a.top_k)};
+  const uint64_t act_strides[] = {static_cast<uint64_t>(a.k)};
+  const uint32_t box[] = {kLineBytes, static_cast<uint32_t>(rows)};
+  maps.act = kernels::encode_tiled_map("fp8 wgmma activations", CU_TENSOR_MAP_DATA_TYPE_UINT8, a.act, act_dims,
+                                       act_strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+  const dim3 grid(static_cast<unsigned>(blocks));
+  kernels::with_row<kernels::TileFamily::WgmmaFp8>(rows, [&](auto i) {
+    constexpr int kRows = kernels::kRowOf<decltype(i)>.rows;
+    kernels::launch_with_pdl(wgmma_fp8_kernel<kGemm1, kRows>, grid, dim3(kThreads), size_t{Fp8Shape<kRows>::kSmemBytes},
+                             stream, a, fp8, maps);
+  });
+}
+
+template void launch_wgmma_fp8<true>(const mma::MmaArgs&, const Fp8Operands&, int64_t, int, int, cudaStream_t);
+template void launch_wgmma_fp8<false>(const mma::MmaArgs&, const Fp8Operands&, int64_t, int, int, cudaStream_t);
+
+}  // namespace mxmoe::sm90

@@ -1,0 +1,118 @@
+#pragma once
+// e2m1 (the GEMV layout's packed words, mx_decode.cuh) -> e4m3 in registers, for the FP8 (W4A8) wgmma
+// tiles (docs/fp8.md, reference/fp8_model.hpp). An element m of a block with scale exponent x, in a row
+// with exponent c, becomes the e4m3 byte of m x 2^d, d = x - c (<= 6 by the choice of c): the 8
+// magnitudes at d form an 8-byte table (two registers), looked up by `prmt` with each element's 3
+// magnitude bits, and the sign bit ORed in.
+//
+// The packed word holds, at 3-bit spacing, the magnitude fields of elements 0, 3, 1, 2 from bit 3 (element
+// 0's top bit e1 sits at bit 0) and of elements 4, 7, 5, 6 from bit 19 (e1 at bit 16): four shifts spread
+// them to the nibbles of two prmt selectors. Their sign bits sit at 1, 15, 18, 21 (and 16 higher, mod 32):
+// one multiply (whose copies never meet a target bit with a carry) moves them to bits 7, 15, 23, 31. So a
+// word decodes to two registers, bytes [e0, e3, e1, e2] and [e4, e7, e5, e6] (fp8_chunk_order.hpp orders
+// the activations to match).
+//
+// Tables: d >= -5 is the d = 0 table with 8d added to each nonzero byte's exponent field (exact, no carry
+// between bytes); d < -5 rounds to e4m3 subnormals (or zero) as float_to_e4m3 does, through the
+// converter (rare: blocks more than 11 exponents below their row's largest); a NaN scale (0xFF) gives
+// NaN (0x7F) for every element of its block, as the MX value of such a block is NaN.
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#include <cuda_fp8.h>
+#define MXMOE_FP8_HD __host__ __device__ __forceinline__
+#else
+#define MXMOE_FP8_HD inline
+#endif
+#if !defined(__CUDA_ARCH__)
+#include <cmath>
+
+#include "mxmoe/formats.hpp"
+#endif
+
+namespace mxmoe::kernels {
+
+inline constexpr uint32_t kFp8Table0 = 0x3C383000u;  // e4m3 of 0, 0.5, 1, 1.5 (magnitude codes 0..3)
+inline constexpr uint32_t kFp8Table1 = 0x4C484440u;  // e4m3 of 2, 3, 4, 6 (codes 4..7)
+inline constexpr uint32_t kFp8NanTable = 0x7F7F7F7Fu;
+inline constexpr int kFp8FastMinShift = -5;  // the smallest d whose table is the shifted d = 0 table
+inline constexpr int kFp8MaxShift = 6;       // c = (the row's largest x) - 6
+
+struct Fp8Table {
+  uint32_t lo, hi;  // bytes 0..3: magnitude codes 0..3; 4..7: codes 4..7
+};
+
+// The e4m3 byte of a float (RNE, saturating; float_to_e4m3 on the host).
+MXMOE_FP8_HD uint32_t e4m3_byte(float v) {
+#if defined(__CUDA_ARCH__)
+  return static_cast<uint32_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+#else
+  return float_to_e4m3(v);
+#endif
+}
+
+MXMOE_FP8_HD float pow2f(float v, int e) {
+#if defined(__CUDA_ARCH__)
+  return ldexpf(v, e);
+#else
+  return std::ldexp(v, e);
+#endif
+}
+
+// The table below kFp8FastMinShift: each magnitude's e4m3 rounding (subnormals, zero).
+#if defined(__CUDACC__)
+__host__ __device__ __noinline__
+#else
+inline
+#endif
+    Fp8Table fp8_slow_table(int d) {
+  constexpr float kMagnitudes[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
+  Fp8Table t{0, 0};
+  for (int i = 1; i < 8; ++i) {
+    const uint32_t byte = e4m3_byte(pow2f(kMagnitudes[i], d));
+    if (i < 4) t.lo |= byte << (8 * i);
+    else t.hi |= byte << (8 * (i - 4));
+  }
+  return t;
+}
+
+// The table of scale byte `scale` in a row of exponent c.
+MXMOE_FP8_HD Fp8Table fp8_table(uint32_t scale, int c) {
+  if (scale == 0xFFu) return {kFp8NanTable, kFp8NanTable};
+  // Past K the records' padding blocks (zero weights, scale 127) may lie above the row's largest: their
+  // zero codes read byte 0, which no shift touches, and the clamp keeps every byte below NaN.
+  int d = static_cast<int>(scale) - 127 - c;
+  d = d < kFp8MaxShift ? d : kFp8MaxShift;
+  if (d < kFp8FastMinShift) return fp8_slow_table(d);
+  const uint32_t step = static_cast<uint32_t>(8 * d);
+  return {kFp8Table0 + step * 0x01010100u, kFp8Table1 + step * 0x01010101u};
+}
+
+MXMOE_FP8_HD uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t selector) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(a, b, selector);
+#else
+  const uint64_t bytes = static_cast<uint64_t>(b) << 32 | a;
+  uint32_t out = 0;
+  for (int i = 0; i < 4; ++i) out |= static_cast<uint32_t>((bytes >> (8 * ((selector >> (4 * i)) & 7))) & 0xFF) << (8 * i);
+  return out;
+#endif
+}
+
+// Sign bits 1, 15, 18, 21 of a packed word (elements 0, 3, 1, 2) -> bits 7, 15, 23, 31.
+MXMOE_FP8_HD uint32_t fp8_signs(uint32_t p) {
+  constexpr uint32_t kSigns = (1u << 1) | (1u << 15) | (1u << 18) | (1u << 21);
+  constexpr uint32_t kMove = (1u << 6) | 1u | (1u << 5) | (1u << 10);
+  return ((p & kSigns) * kMove) & 0x80808080u;
+}
+
+// One packed weight word -> its 8 elements as e4m3 bytes: a = [e0, e3, e1, e2], b = [e4, e7, e5, e6].
+MXMOE_FP8_HD void decode_e2m1x8_e4m3(uint32_t p, Fp8Table t, uint32_t& a, uint32_t& b) {
+  const uint32_t sel = ((p >> 3) & 0x00030003u) | ((p << 2) & 0x00040004u) | ((p >> 2) & 0x00700070u) |
+                       ((p >> 1) & 0x07000700u) | (p & 0x70007000u);
+  const uint32_t rotated = (p << 16) | (p >> 16);
+  a = byte_perm(t.lo, t.hi, sel) | fp8_signs(p);
+  b = byte_perm(t.lo, t.hi, sel >> 16) | fp8_signs(rotated);
+}
+
+}  // namespace mxmoe::kernels
