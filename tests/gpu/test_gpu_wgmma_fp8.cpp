@@ -6,14 +6,16 @@
 // experts without rows; K = 2880 and 4160 (K % 128 == 64) and 2944 (== 0); N not a multiple of the
 // block's 256 weight rows; outputs poisoned.
 //
-// The bound. The products of e4m3 values are exact, and the CPU sums them in fp64, so the kernel differs
+// The bound. The products of e4m3 values are exact and the CPU sums them in fp64, so the kernel differs
 // by its accumulation alone, then the bf16 output rounding (2^-9 of |ref|). Hopper's FP8 wgmma does not
 // accumulate in full fp32: it keeps about 14 bits (DeepSeek-V3's report, section 3.3.2: a relative error
-// near 2% at K = 4096 on random matrices). So each output holds |out - ref| <= 2^-8 |ref| + L eps S, S
-// the sum over K of |a| |w| (scaled as the output), eps = 2^-10 (about K / 32 steps at 14 bits, with
-// margin), L the SwiGLU's slope bound in GEMM1 (10) or the routing weight in GEMM2; and the whole
-// output's relative L2 error is under 1e-2. Both print the measured worst, so the bound can be tightened
-// from a run. A layout, order or scale bug moves outputs by O(|ref|) ~ S / sqrt(K) and fails both.
+// near 2% at K = 4096 on random matrices), so each of the K / 32 steps may lose up to about 2^-13 of the
+// running sum's magnitude, which for random signs stays within a few S / sqrt(K) (S: the sum over K of
+// |a| |w|, scaled as the output): at most about 2^-11 S in all. Each output is held to
+// |out - ref| <= 2^-8 |ref| + L 2^-9 S (L: the SwiGLU's slope bound, 10, in GEMM1; the routing weight in
+// GEMM2), and the whole output's relative L2 error to 3e-2. A layout, order or scale bug moves outputs by
+// O(|ref|) ~ S / sqrt(K) (S / 64 at these K), well past both. The test prints the measured worst ratio
+// and L2 error: tighten both from a run (1e-5 S would hold only for a full-fp32 accumulation).
 // Skips itself without a GPU.
 #include <gtest/gtest.h>
 
@@ -32,7 +34,7 @@
 namespace mxmoe::test {
 namespace {
 
-constexpr double kEps = 1.0 / 1024;
+constexpr double kEps = 1.0 / 512;
 constexpr float kAlpha = 1.702f, kLimit = 7.f;
 
 struct Fp8Case {
@@ -290,7 +292,7 @@ void run_case(const Fp8Param& param) {
                           << (check.first_bad < 0 ? 0.0 : bf16_to_float(out[check.first_bad / outputs * out_pitch +
                                                                               check.first_bad % outputs]))
                           << " against " << (check.first_bad < 0 ? 0.0 : ref[check.first_bad]);
-  EXPECT_LE(check.rel_l2(), 1e-2);
+  EXPECT_LE(check.rel_l2(), 3e-2);
   if (rows == 0) {  // nothing written
     const auto untouched = to_host<uint16_t>(d_out, 4);
     for (uint16_t v : untouched) EXPECT_EQ(v, 0xFFFFu);
