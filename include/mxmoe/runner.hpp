@@ -13,6 +13,7 @@
 
 #include "mxmoe/config.hpp"
 #include "mxmoe/plan_override.hpp"
+#include "mxmoe/reference.hpp"
 #include "mxmoe/weights.hpp"
 
 struct CUstream_st;
@@ -32,7 +33,19 @@ enum class Backend {
               // no such GPU was available (README)
 };
 
+// The activations' precision in the tensor-core GEMMs (the weights are MXFP4 either way).
+enum class Precision {
+  Bf16,  // bf16 activations, weights decoded exactly (W4A16): the default, at every batch size
+  Fp8,   // e4m3 activations. Hopper: the W4A8 wgmma family (one scale per row, weights as e4m3 at a
+         // per-row exponent; docs/fp8.md), at every batch size; SM120/SM121: the MXFP8 block-scaled path
+         // (backend mx); the CPU reference: the W4A8 numerics. About 4% error against fp64 where bf16 has
+         // 0.2-0.3%: a choice by name, never auto's
+};
+
 std::string to_string(Backend backend);
+std::string to_string(Precision precision);
+// "bf16" or "fp8" (case-insensitive); others throw an Error naming `precision`.
+Precision parse_precision(std::string_view name);
 // Case-insensitive ("auto", "reference", "gemv", "mma", "mx-emulated", "mx"); unknown names throw an
 // Error listing valid ones.
 Backend parse_backend(std::string_view name);
@@ -63,6 +76,9 @@ struct RunnerOptions {
   // checkpoint has none, so one means corruption), or, when allowed, the MX semantics: that block's
   // outputs are NaN.
   bool allow_nan_scales = false;
+  // The activations' precision (Precision). fp8 needs backend auto (or mx, mx-emulated, reference):
+  // the gemv and mma backends are W4A16 only.
+  Precision precision = Precision::Bf16;
   // The experts the tokens are routed among when this layer holds only config.num_experts of them (an
   // expert-parallel rank: the others' pairs arrive as kDroppedPairId). The planner then expects
   // T * k * num_experts / routed_experts of the pairs and picks tiles for those rows; the workspace and
@@ -82,6 +98,11 @@ class MoeRunner {
 
   const MoeConfig& config() const { return config_; }
   Backend backend() const { return backend_; }
+  // The activations' precision the forward runs at (RunnerOptions::precision; bf16 where the MX
+  // self-test sent an fp8 runner back to W4A16), and the quantisation a reference must apply to give
+  // the same numerics (MXFP8 for the mx backends, W4A8 for fp8 on Hopper and the reference, none for bf16).
+  Precision precision() const { return precision_; }
+  ReferenceOptions reference_numerics() const;
   bool on_gpu() const { return backend_on_gpu(backend_); }
   int64_t max_tokens() const { return max_tokens_; }
   // Bytes of workspace forward() needs (device memory for GPU backends, 0 for Reference).
@@ -142,6 +163,7 @@ class MoeRunner {
 
   MoeConfig config_;
   Backend backend_;
+  Precision precision_ = Precision::Bf16;
   int64_t max_tokens_;
   std::unique_ptr<BackendImpl> impl_;
 };

@@ -123,6 +123,9 @@ class MoeLayer:
     the tokens are routed among when `weights` hold only some of them (an expert-parallel rank whose
     other ranks' pairs arrive as -1): the planner then picks tiles for this rank's share of the pairs;
     0 (default): the layer's own experts. fused_experts(expert_map=) sets it to the map's length.
+    precision: "bf16" (default: bf16 activations, W4A16) or "fp8" (e4m3 activations: on Hopper the W4A8
+    wgmma tiles, on SM120/SM121 the MXFP8 path, on the CPU reference the same W4A8 numerics; about 4%
+    error against fp64 where bf16 has 0.2-0.3%, docs/fp8.md). fp8 with backend "gemv" or "mma" raises.
 
     bfloat16 tensors may be torch or JAX bfloat16, ml_dtypes.bfloat16 NumPy arrays, or the bf16 bit
     patterns as uint16 (NumPy, CuPy). Any other dtype, a non-contiguous tensor, a tensor on the wrong
@@ -142,7 +145,7 @@ class MoeLayer:
 
     def __init__(self, config: MoeConfig | str, weights: dict, *, backend: str = "auto",
                  max_tokens: int = 4096, plan: str | None = None, shard: Any = None, group: Any = None,
-                 fp32_partials: bool = False, routed_experts: int = 0) -> None:
+                 fp32_partials: bool = False, routed_experts: int = 0, precision: str = "bf16") -> None:
         if isinstance(config, str):
             config = MoeConfig.preset(config)
         missing = [n for n in ("w1_blocks", "w1_scales", "w2_blocks", "w2_scales") if n not in weights]
@@ -151,6 +154,8 @@ class MoeLayer:
         w = {n: _as_tensor(weights[n], n) if weights.get(n) is not None else None for n in _WEIGHT_NAMES}
         from . import _shard
 
+        if precision != "bf16" and shard is not None:
+            raise Error("precision: a sharded layer runs bf16 activations only")
         if routed_experts and shard is not None:
             raise Error("routed_experts: a sharded layer knows its whole layer's experts; pass shard only")
         if fp32_partials and shard is None:
@@ -161,7 +166,8 @@ class MoeLayer:
         self._sharded = shard is not None
         if shard is None:
             self._layer = Layer(config, w["w1_blocks"], w["w1_scales"], w["w1_bias"], w["w2_blocks"],
-                                w["w2_scales"], w["w2_bias"], backend, max_tokens, plan, int(routed_experts))
+                                w["w2_scales"], w["w2_bias"], backend, max_tokens, plan, int(routed_experts),
+                                precision)
         else:
             self._layer = _shard.make_layer(config, w, shard, backend, max_tokens, plan)
         # The custom ops' handle, and the ops themselves where torch is loaded, taken now: a first call
@@ -176,6 +182,11 @@ class MoeLayer:
     @property
     def config(self) -> MoeConfig:
         return self._layer.config
+
+    @property
+    def precision(self) -> str:
+        """The activations' precision the layer runs at: "bf16" or "fp8"."""
+        return self._layer.precision if not self._sharded else "bf16"
 
     @property
     def backend(self) -> str:
@@ -305,11 +316,11 @@ def _remember(tensors: tuple, params: tuple, layer: MoeLayer) -> None:
 
 
 def _layer_for(tensors: tuple, top_k: int, routing: str, swiglu_alpha: float, swiglu_limit: float, backend: str,
-               max_tokens: int, plan: Optional[str], routed_experts: int = 0) -> MoeLayer:
+               max_tokens: int, plan: Optional[str], routed_experts: int = 0, precision: str = "bf16") -> MoeLayer:
     """The layer of checkpoint-layout weight tensors (w1_blocks, ..., w2_bias), prepared on first use and
     then cached; the shapes give E, H and I."""
     params = (int(top_k), routing, float(swiglu_alpha), float(swiglu_limit), backend, int(max_tokens), plan,
-              int(routed_experts))
+              int(routed_experts), precision)
     layer = _cached_layer(tensors, params)
     if layer is not None:
         return layer
@@ -329,7 +340,8 @@ def _layer_for(tensors: tuple, top_k: int, routing: str, swiglu_alpha: float, sw
     config.swiglu_alpha = float(swiglu_alpha)
     config.swiglu_limit = float(swiglu_limit)
     weights = {k: v for k, v in zip(_WEIGHT_NAMES, tensors) if v is not None}
-    layer = MoeLayer(config, weights, backend=backend, max_tokens=max_tokens, plan=plan, routed_experts=routed_experts)
+    layer = MoeLayer(config, weights, backend=backend, max_tokens=max_tokens, plan=plan, routed_experts=routed_experts,
+                     precision=precision)
     _remember(tensors, params, layer)
     return layer
 
@@ -337,23 +349,25 @@ def _layer_for(tensors: tuple, top_k: int, routing: str, swiglu_alpha: float, sw
 def fused_moe(hidden: Any, router_logits: Any, w1_blocks: Any, w1_scales: Any, w1_bias: Any, w2_blocks: Any,
               w2_scales: Any, w2_bias: Any, top_k: int, *, routing: str = "topk_softmax",
               swiglu_alpha: float = 1.702, swiglu_limit: float = 7.0, backend: str = "auto",
-              out: Optional[Any] = None, max_tokens: int = 4096, plan: Optional[str] = None) -> Any:
+              out: Optional[Any] = None, max_tokens: int = 4096, plan: Optional[str] = None,
+              precision: str = "bf16") -> Any:
     """The gpt-oss MoE block on checkpoint-layout weights, as a drop-in function, routed by router_logits.
 
     The shapes give E, H and I; the weights are prepared on the first call and cached by the identity
     of the weight tensors and the parameters, so later calls with the same tensors pay only the
     forward (changing a weight tensor in place after that is not seen: make a new tensor, or a
-    MoeLayer). backend, max_tokens and plan are MoeLayer's.
+    MoeLayer). backend, max_tokens, plan and precision are MoeLayer's.
     """
     tensors = (w1_blocks, w1_scales, w1_bias, w2_blocks, w2_scales, w2_bias)
-    layer = _layer_for(tensors, top_k, routing, swiglu_alpha, swiglu_limit, backend, max_tokens, plan)
+    layer = _layer_for(tensors, top_k, routing, swiglu_alpha, swiglu_limit, backend, max_tokens, plan, 0, precision)
     return layer(hidden, router_logits, out)
 
 
 def fused_experts(hidden: Any, w1_blocks: Any, w1_scales: Any, w1_bias: Any, w2_blocks: Any, w2_scales: Any,
                   w2_bias: Any, topk_weights: Any, topk_ids: Any, *, swiglu_alpha: float = 1.702,
                   swiglu_limit: float = 7.0, backend: str = "auto", out: Optional[Any] = None,
-                  max_tokens: int = 4096, plan: Optional[str] = None, expert_map: Optional[Any] = None) -> Any:
+                  max_tokens: int = 4096, plan: Optional[str] = None, expert_map: Optional[Any] = None,
+                  precision: str = "bf16") -> Any:
     """The experts of the gpt-oss MoE block on checkpoint-layout weights, routed by the caller (as an
     engine's fused-experts call is): topk_ids [T, k] int32 or int64 and topk_weights [T, k] float32,
     the weights used as given (no softmax, no renormalisation). k is topk_ids' second dimension. An id
@@ -366,7 +380,7 @@ def fused_experts(hidden: Any, w1_blocks: Any, w1_scales: Any, w1_bias: Any, w2_
 
     Weights are prepared once and cached as fused_moe's are (the same cache: fused_moe and
     fused_experts with the same tensors, top-k and parameters share one prepared layer). Errors and
-    backend, max_tokens and plan are MoeLayer's.
+    backend, max_tokens, plan and precision are MoeLayer's.
     """
     shape = getattr(topk_ids, "shape", None)
     if shape is None or len(shape) != 2:
@@ -380,5 +394,5 @@ def fused_experts(hidden: Any, w1_blocks: Any, w1_scales: Any, w1_bias: Any, w2_
         routed_experts = int(expert_map.shape[0])
     tensors = (w1_blocks, w1_scales, w1_bias, w2_blocks, w2_scales, w2_bias)
     layer = _layer_for(tensors, int(shape[1]), "topk_softmax", swiglu_alpha, swiglu_limit, backend, max_tokens, plan,
-                       routed_experts)
+                       routed_experts, precision)
     return layer(hidden, out=out, topk_ids=topk_ids, topk_weights=topk_weights)

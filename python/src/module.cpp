@@ -36,13 +36,13 @@ class Layer {
  public:
   Layer(const MoeConfig& config, const InArray& w1_blocks, const InArray& w1_scales, std::optional<InArray> w1_bias,
         const InArray& w2_blocks, const InArray& w2_scales, std::optional<InArray> w2_bias, const std::string& backend,
-        int64_t max_tokens, const std::optional<std::string>& plan, int routed_experts)
+        int64_t max_tokens, const std::optional<std::string>& plan, int routed_experts, const std::string& precision)
       : config_(config) {
     config_.validate();
     // The host copy lives only as long as the constructor: every backend keeps its own (the GPU ones
     // uploaded, the CPU reference copied).
     const MoeLayerData data = read_layer(config_, w1_blocks, w1_scales, w1_bias, w2_blocks, w2_scales, w2_bias);
-    const RunnerOptions options = runner_options(backend, max_tokens, plan, routed_experts);
+    const RunnerOptions options = runner_options(backend, max_tokens, plan, routed_experts, precision);
     runner_ = std::make_unique<MoeRunner>(config_, data.view(), options);
     if (runner_->on_gpu()) workspace_ = DeviceBuffer(std::max<size_t>(runner_->workspace_bytes(), 1));
   }
@@ -79,6 +79,7 @@ class Layer {
   }
 
   std::string backend() const { return to_string(runner_->backend()); }
+  std::string precision() const { return to_string(runner_->precision()); }
   std::string describe_plan(int64_t tokens) const { return runner_->describe_plan(tokens); }
   int64_t max_tokens() const { return runner_->max_tokens(); }
   const MoeConfig& config() const { return config_; }
@@ -175,14 +176,15 @@ NB_MODULE(_mxmoe, m) {
   nb::class_<Layer>(m, "Layer", "One MoE layer's weights, uploaded once, and its runner.")
       .def(nb::init<const MoeConfig&, const python::InArray&, const python::InArray&, std::optional<python::InArray>,
                     const python::InArray&, const python::InArray&, std::optional<python::InArray>,
-                    const std::string&, int64_t, const std::optional<std::string>&, int>(),
+                    const std::string&, int64_t, const std::optional<std::string>&, int, const std::string&>(),
            "config"_a, "w1_blocks"_a, "w1_scales"_a, "w1_bias"_a.none(), "w2_blocks"_a, "w2_scales"_a,
            "w2_bias"_a.none(), "backend"_a = "auto", "max_tokens"_a = 4096, "plan"_a.none() = nb::none(),
-           "routed_experts"_a = 0)
+           "routed_experts"_a = 0, "precision"_a = "bf16")
       .def("forward", &Layer::forward, "hidden"_a.noconvert(), "router_logits"_a.noconvert(), "out"_a.noconvert(),
            "stream"_a = 0)
       .def("forward_routed", &Layer::forward_routed, "hidden"_a.noconvert(), "topk_ids"_a.noconvert(),
            "topk_weights"_a.noconvert(), "out"_a.noconvert(), "stream"_a = 0)
+      .def_prop_ro("precision", &Layer::precision)
       .def_prop_ro("backend", &Layer::backend)
       .def_prop_ro("max_tokens", &Layer::max_tokens)
       .def_prop_ro("config", &Layer::config)

@@ -218,7 +218,8 @@ inline bool check_routed(const MoeRunner& runner, const MoeConfig& config, const
 
 // A layer's runner options from the Python arguments (MXMOE_BACKEND and friends read only for auto).
 inline RunnerOptions runner_options(const std::string& backend, int64_t max_tokens,
-                                    const std::optional<std::string>& plan, int routed_experts = 0) {
+                                    const std::optional<std::string>& plan, int routed_experts = 0,
+                                    const std::string& precision = "bf16") {
   MXMOE_REQUIRE(max_tokens >= 1, "max_tokens: must be >= 1, got ", max_tokens);
   RunnerOptions options;
   options.backend = parse_backend(backend);
@@ -226,6 +227,7 @@ inline RunnerOptions runner_options(const std::string& backend, int64_t max_toke
   options.use_env = options.backend == Backend::Auto;
   if (plan) options.plan = parse_plan_override(*plan, "plan");
   options.routed_experts = routed_experts;
+  options.precision = parse_precision(precision);
   return options;
 }
 

@@ -43,7 +43,9 @@ inline void BackendImpl::forward_f32(const uint16_t*, const routing::RouteSource
   detail::throw_error("out (fp32, forward_f32): only the GPU backends write an fp32 output");
 }
 
-std::unique_ptr<BackendImpl> make_reference_backend(const MoeConfig& config, const MoeWeights& weights);
+// The CPU reference; `numerics`: the quantisation of the runner's precision (MoeRunner::reference_numerics).
+std::unique_ptr<BackendImpl> make_reference_backend(const MoeConfig& config, const MoeWeights& weights,
+                                                    const ReferenceOptions& numerics = {});
 // GPU backends (src/moe/gpu_backend.cpp): uploads the weights in the layout the kernels stream, and
 // plans for this device with the options' plan override, tune table and plan log. `mx_atom`, where
 // set, is the atom an MX plan runs (the self-test's; mx_self_test.hpp), in place of the planner's.

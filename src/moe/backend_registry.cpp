@@ -4,7 +4,11 @@
 #include <cctype>
 #include <string>
 
+#include <cuda_runtime.h>
+
+#include "common/cuda_check.hpp"
 #include "mxmoe/device.hpp"
+#include "plan/device_caps.hpp"
 #include "mxmoe/error.hpp"
 #include "mxmoe/runner.hpp"
 
@@ -36,6 +40,15 @@ std::string joined_names() {
   return out;
 }
 
+// Whether the runner plans for an SM120/SM121 GPU: its target's, else the current device's.
+bool sm12x_plan(const RunnerOptions& options) {
+  if (!options.target.empty()) return plan::target_caps(options.target).cc_major == 12;
+  int device = 0, major = 0;
+  MXMOE_CUDA_CHECK(cudaGetDevice(&device));
+  MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  return major == 12;
+}
+
 }  // namespace
 
 std::string to_string(Backend backend) {
@@ -48,6 +61,15 @@ std::vector<std::string> backend_names() {
   std::vector<std::string> names;
   for (const auto& entry : kBackendNames) names.emplace_back(entry.name);
   return names;
+}
+
+std::string to_string(Precision precision) { return precision == Precision::Fp8 ? "fp8" : "bf16"; }
+
+Precision parse_precision(std::string_view name) {
+  const std::string key = lower(name);
+  if (key == "bf16") return Precision::Bf16;
+  if (key == "fp8") return Precision::Fp8;
+  detail::throw_error("precision: unknown name '", name, "'; valid precisions are: bf16, fp8");
 }
 
 Backend parse_backend(std::string_view name) {
@@ -66,7 +88,13 @@ Backend resolve_backend(const RunnerOptions& options) {
   Backend backend = options.backend;
   if (options.use_env)
     if (const std::optional<Backend> from_env = backend_from_env()) backend = *from_env;
-  if (backend == Backend::Auto) return gpu_available() ? Backend::Auto : Backend::Reference;
+  MXMOE_REQUIRE(options.precision == Precision::Bf16 || (backend != Backend::Gemv && backend != Backend::Mma),
+                "precision: 'fp8' needs backend auto, mx, mx-emulated or reference; backend '", to_string(backend),
+                "' is W4A16 (bf16 activations) only");
+  if (backend == Backend::Auto && !gpu_available()) return Backend::Reference;
+  // fp8 on an SM120/SM121 GPU, or for such a target: the MXFP8 block-scaled path.
+  if (backend == Backend::Auto && options.precision == Precision::Fp8 && sm12x_plan(options)) return Backend::Mx;
+  if (backend == Backend::Auto) return Backend::Auto;
   MXMOE_REQUIRE(!backend_on_gpu(backend) || gpu_available(), "backend: '", to_string(backend),
                 "' needs a CUDA GPU, and none is usable here (", probe().no_gpu_reason,
                 "); use 'reference' or 'auto'");

@@ -13,6 +13,7 @@
 #include "kernels/gemv/gemv.hpp"
 #include "kernels/mma/mma_gemm.hpp"
 #include "kernels/mma/mx_gemm.hpp"
+#include "kernels/sm90/wgmma_fp8_gemm.hpp"
 #include "kernels/sm90/wgmma_gemm.hpp"
 #include "moe/backend.hpp"
 #include "moe/gpu_layer.hpp"
@@ -48,11 +49,13 @@ plan::PlannerInput planner_input(int device, Backend backend, const MoeConfig& c
     in.fits.mma = in.fits.mma && here.mma;
     in.fits.wgmma = in.fits.wgmma && here.wgmma;
     in.fits.mx = in.fits.mx && here.mx;
+    in.fits.wgmma_fp8 = in.fits.wgmma_fp8 && here.wgmma_fp8;
   }
   in.config = config;
   in.backend = backend;
   in.force = options.plan;
   in.routed_experts = options.routed_experts;
+  in.precision = options.precision;
   if (!options.tune_file.empty()) {
     std::optional<TuneTable> table = load_tune_table(options.tune_file);
     MXMOE_REQUIRE(table.has_value(), "tune_file (MXMOE_TUNE_FILE): '", options.tune_file, "' is not a readable file");
@@ -73,7 +76,7 @@ class GpuBackend final : public BackendImpl {
              std::optional<mma::MxAtom> mx_atom)
       : device_(current_device()),
         planner_(planner_input(device_, mode, config, options)),
-        layer_(config, weights),
+        layer_(config, weights, w4a8()),
         log_plan_(options.log_plan),
         mx_atom_(mx_atom) {
     const plan::PlannerInput& in = planner_.input();
@@ -84,6 +87,7 @@ class GpuBackend final : public BackendImpl {
     if (in.fits.mma) mma::configure(static_cast<size_t>(smem));
     if (in.fits.mma && in.fits.wgmma) sm90::configure_wgmma();
     if (mx_mode()) mma::mx_configure();
+    if (w4a8()) sm90::configure_wgmma_fp8();
   }
 
   size_t workspace_bytes(int64_t max_tokens) const override {
@@ -135,6 +139,7 @@ class GpuBackend final : public BackendImpl {
       case plan::Family::Mma:
       case plan::Family::Wgmma: return run_mma(layer_, p, f);
       case plan::Family::Mx: return run_mx(layer_, p, f);
+      case plan::Family::WgmmaFp8: return run_wgmma_fp8(layer_, p, f);
     }
   }
 
@@ -151,6 +156,8 @@ class GpuBackend final : public BackendImpl {
   }
 
   bool mx_mode() const { return planner_.input().backend == Backend::MxEmulated || planner_.input().backend == Backend::Mx; }
+  // Precision::Fp8 under auto: the W4A8 wgmma tiles at every T (the planner checked that they run).
+  bool w4a8() const { return planner_.input().precision == Precision::Fp8 && !mx_mode(); }
 
   WorkspaceLayout layout_for(int64_t tokens) const {
     const MoeConfig& c = layer_.config;
@@ -169,12 +176,18 @@ class GpuBackend final : public BackendImpl {
         mx.scales2 = static_cast<size_t>(routing::expand_scale_bytes(pairs, slots, c.intermediate));
       }
     }
+    if (w4a8()) {  // the e4m3 rows of both GEMMs' inputs, rows padded to whole chunks, and a scale each
+      const auto pairs = static_cast<size_t>(tokens * c.top_k);
+      mx.codes = pairs * static_cast<size_t>(sm90::padded_k(c.hidden));
+      mx.codes2 = pairs * static_cast<size_t>(sm90::padded_k(c.intermediate));
+      mx.scales = mx.scales2 = pairs * sizeof(float);
+    }
     // The fp32 intermediate only exists for the second expand; the MXFP8 epilogue skips it.
     const size_t intermediate_bytes = !mx_mode() ? 2 : expand_intermediate ? 4 : 0;
     // The swap-AB tiles read a permuted copy of the hidden states, the wgmma tiles the tokens expanded to
-    // their rows and an intermediate with rows padded to whole chunks.
-    const bool permute_hidden = (in.backend == Backend::Auto || in.backend == Backend::Mma) && in.fits.mma &&
-                                (mma::swap_supported(4) || in.fits.wgmma);
+    // their rows and an intermediate with rows padded to whole chunks (the W4A8 tiles' too).
+    const bool permute_hidden = ((in.backend == Backend::Auto || in.backend == Backend::Mma) && in.fits.mma &&
+                                 (mma::swap_supported(4) || in.fits.wgmma)) || w4a8();
     return WorkspaceLayout(c, tokens, mx, intermediate_bytes, permute_hidden);
   }
 

@@ -1,7 +1,7 @@
 #pragma once
 // What every GPU launch sequence reads: the layer's shape and its weights on the device (one upload
 // in the GEMV layout, read by every kernel family), the forward's buffers, and the sequences
-// themselves, one per family (launch_gemv.cpp, launch_mma.cpp, launch_mx.cpp). A sequence executes
+// themselves, one per family (launch_gemv.cpp, launch_mma.cpp, launch_mx.cpp, launch_wgmma_fp8.cpp). A sequence executes
 // the plan it is given and decides nothing.
 #include <cuda_runtime.h>
 
@@ -24,13 +24,17 @@ struct PackedMatrix {
   gemv::PackedShape shape;
   DeviceBuffer packed, bias;
   bool wide_scales = false;  // some scale byte is > 128 or 0xFF: the kernels' general multiplier path
+  // The W4A8 tiles' exponent of each row, [E][rows] in checkpoint row order (layout/fp8_row_exponents.hpp);
+  // uploaded only for Precision::Fp8.
+  DeviceBuffer row_exponents;
 };
 
 struct GpuLayer {
   MoeConfig config;
   PackedMatrix w1, w2;
 
-  GpuLayer(const MoeConfig& config, const MoeWeights& weights);
+  // fp8_exponents: also the W4A8 tiles' row exponents (Precision::Fp8 on Hopper).
+  GpuLayer(const MoeConfig& config, const MoeWeights& weights, bool fp8_exponents = false);
   // One GEMM's weights (gemm1: W1, N = 2I, K = H; else W2, N = H, K = I).
   void bind_weights(kernels::GroupedWeights& a, bool gemm1) const;
   // The forward's routing and the SwiGLU constants.
@@ -54,5 +58,6 @@ struct ForwardArgs {
 void run_gemv(const GpuLayer& layer, const plan::Plan& plan, const ForwardArgs& f);
 void run_mma(const GpuLayer& layer, const plan::Plan& plan, const ForwardArgs& f);  // Mma and Wgmma
 void run_mx(const GpuLayer& layer, const plan::Plan& plan, const ForwardArgs& f);
+void run_wgmma_fp8(const GpuLayer& layer, const plan::Plan& plan, const ForwardArgs& f);
 
 }  // namespace mxmoe

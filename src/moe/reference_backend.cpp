@@ -26,7 +26,8 @@ void require_host_pointer(const void* p, const char* name) {
 
 class ReferenceBackend final : public BackendImpl {
  public:
-  ReferenceBackend(const MoeConfig& config, const MoeWeights& weights) : config_(config) {
+  ReferenceBackend(const MoeConfig& config, const MoeWeights& weights, const ReferenceOptions& numerics)
+      : config_(config), numerics_(numerics) {
     // The runner must not depend on the caller keeping the weights alive.
     data_.w1_blocks.assign(weights.w1_blocks.begin(), weights.w1_blocks.end());
     data_.w1_scales.assign(weights.w1_scales.begin(), weights.w1_scales.end());
@@ -49,7 +50,7 @@ class ReferenceBackend final : public BackendImpl {
     if (!route.routed()) {
       require_host_pointer(route.logits, "router_logits");
       const auto e = static_cast<size_t>(config_.num_experts);
-      reference_moe(config_, data_.view(), x, std::span(route.logits, t * e), tokens, std::span(out, t * h));
+      reference_moe(config_, data_.view(), x, std::span(route.logits, t * e), tokens, std::span(out, t * h), numerics_);
       return;
     }
     // The engine's routing, checked in full (host data): an Error names topk_ids or topk_weights.
@@ -63,20 +64,22 @@ class ReferenceBackend final : public BackendImpl {
     const std::span<const int32_t> ids =
         route.ids64 ? std::span<const int32_t>(narrowed) : std::span(static_cast<const int32_t*>(route.topk_ids), pairs);
     reference_moe_routed(config_, data_.view(), x, ids, std::span(route.topk_weights, pairs), tokens,
-                         std::span(out, t * h));
+                         std::span(out, t * h), numerics_);
   }
 
   std::string describe_plan(int64_t) const override { return "reference (CPU, fp64 accumulation)"; }
 
  private:
   MoeConfig config_;
+  ReferenceOptions numerics_;  // the runner's precision (fp8: the W4A8 numerics)
   MoeLayerData data_;
 };
 
 }  // namespace
 
-std::unique_ptr<BackendImpl> make_reference_backend(const MoeConfig& config, const MoeWeights& weights) {
-  return std::make_unique<ReferenceBackend>(config, weights);
+std::unique_ptr<BackendImpl> make_reference_backend(const MoeConfig& config, const MoeWeights& weights,
+                                                    const ReferenceOptions& numerics) {
+  return std::make_unique<ReferenceBackend>(config, weights, numerics);
 }
 
 }  // namespace mxmoe

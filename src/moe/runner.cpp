@@ -37,11 +37,22 @@ MoeRunner::MoeRunner(const MoeConfig& config, const MoeWeights& weights, const R
   MXMOE_REQUIRE(options.routed_experts == 0 || options.routed_experts >= config.num_experts,
                 "routed_experts: expected 0 or at least the layer's ", config.num_experts, " experts, got ",
                 options.routed_experts);
-  const RunnerOptions resolved = with_environment(options);
-  // An MX backend runs only where its atom passed the self-test on this GPU (mx_self_test.hpp).
-  backend_ = gate_mx_backend(resolve_backend(resolved), resolved);
-  impl_ = backend_ == Backend::Reference ? make_reference_backend(config_, weights)
+  RunnerOptions resolved = with_environment(options);
+  // An MX backend runs only where its atom passed the self-test on this GPU (mx_self_test.hpp); an fp8
+  // runner sent back to W4A16 so runs at bf16.
+  const Backend chosen = resolve_backend(resolved);
+  backend_ = gate_mx_backend(chosen, resolved);
+  if (backend_ != chosen) resolved.precision = Precision::Bf16;
+  precision_ = resolved.precision;
+  impl_ = backend_ == Backend::Reference ? make_reference_backend(config_, weights, reference_numerics())
                                          : make_gpu_backend(backend_, config_, weights, resolved);
+}
+
+ReferenceOptions MoeRunner::reference_numerics() const {
+  ReferenceOptions o;
+  if (backend_uses_mxfp8(backend_)) o.mxfp8_gemm1_input = o.mxfp8_gemm2_input = true;
+  else if (precision_ == Precision::Fp8) o.fp8_weights = o.fp8_gemm1_input = o.fp8_gemm2_input = true;
+  return o;
 }
 
 MoeRunner::~MoeRunner() = default;

@@ -10,6 +10,7 @@
 #include "kernels/gemv/gemv.hpp"
 #include "kernels/mma/mma_gemm.hpp"
 #include "kernels/mma/mx_gemm.hpp"
+#include "kernels/sm90/wgmma_fp8_gemm.hpp"
 #include "kernels/sm90/wgmma_gemm.hpp"
 #include "mxmoe/error.hpp"
 #include "plan/planner.hpp"
@@ -121,6 +122,7 @@ Fits fits_on_device(int device, const DeviceCaps& caps) {
   Fits f;
   f.mma = kernels::rows_on(TileFamily::Mma, arch) > 0 && mma::fits(caps.smem_per_block);
   f.wgmma = sm90::wgmma_runs(device);
+  f.wgmma_fp8 = sm90::wgmma_fp8_runs(device);
   f.mx = kernels::rows_on(TileFamily::Mx, arch) > 0 && kernels::rows_fit(TileFamily::Mx, arch, caps.smem_per_block, 0);
   return f;
 }

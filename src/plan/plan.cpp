@@ -27,6 +27,7 @@ const char* to_string(Family family) {
     case Family::Mma: return "mma";
     case Family::Wgmma: return "wgmma";
     case Family::Mx: return "mx";
+    case Family::WgmmaFp8: return "wgmma-fp8";
   }
   return "?";
 }
@@ -41,6 +42,10 @@ std::string Plan::to_string() const {
                             : "mx emulated (e4m3 mma.sync, scales in fp32)")
          << " " << tile_shape(*this, false) << " tiles, MXFP8 expand (RCEIL) before gemm1, "
          << (mx_expand_intermediate ? "fp32 intermediate + MXFP8 expand before gemm2" : "MXFP8 epilogue in gemm1");
+      break;
+    case Family::WgmmaFp8:
+      os << "wgmma fp8 (W4A8) " << tile_shape(*this, true)
+         << " tiles (sm_90a), e4m3 rows (one scale each) before both gemms" << tuned;
       break;
     case Family::Wgmma:  // weights on M (one 16-row tile per warp) x the rows of an expert on N x K
       os << "wgmma bf16 " << tile_shape(*this, true) << " tiles (sm_90a), both gemms" << tuned;

@@ -13,6 +13,7 @@ enum class Family {
   Mma,    // the warp-level tensor-core family (W4A16, Bf16Atom): plain or swap-AB tiles
   Wgmma,  // Hopper's wgmma tiles (W4A16, sm_90a)
   Mx,     // the block-scaled path (MXFP8 activations, emulated or native MX atom)
+  WgmmaFp8,  // Hopper's W4A8 wgmma tiles (Precision::Fp8, sm_90a): e4m3 activations quantised per row
 };
 const char* to_string(Family family);
 
@@ -29,7 +30,7 @@ struct Plan {
   int stages = 2;
   int ksplit1 = 1, ksplit2 = 1;
   bool local_route = false, fused_combine = false, cluster_combine = false, counted = false;
-  // Mma and Wgmma: the tile's m16 tiles (rows of one expert per block: 16 * m_tiles) and form.
+  // Mma, Wgmma and WgmmaFp8: the tile's m16 tiles (rows of one expert per block: 16 * m_tiles) and form.
   int m_tiles = 4;
   bool swap_ab = false;
   // Mx: the native atom (else the emulated one); GEMM1 writing fp32 rows and a second expand (else

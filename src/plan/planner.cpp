@@ -38,6 +38,8 @@ Fits fits_for_caps(const DeviceCaps& caps) {
   f.wgmma = caps.wgmma && sm90::wgmma_in_build() && kernels::rows_on(TileFamily::Wgmma, arch) > 0 &&
             fit(TileFamily::Wgmma);
   f.mx = kernels::rows_on(TileFamily::Mx, arch) > 0 && fit(TileFamily::Mx);
+  f.wgmma_fp8 = caps.wgmma && sm90::wgmma_in_build() && kernels::rows_on(TileFamily::WgmmaFp8, arch) > 0 &&
+                fit(TileFamily::WgmmaFp8);
   return f;
 }
 
@@ -119,6 +121,13 @@ Planner::Planner(PlannerInput input) : in_(std::move(input)) {
   MXMOE_REQUIRE(in_.fits.mma || b != Backend::Mma, "backend: 'mma' needs ", mma::smem_bytes(4),
                 " bytes of shared memory per block; ", c.name, " allows ", room);
   wgmma_ok_ = in_.fits.mma && in_.fits.wgmma;
+  // fp8 under auto: the W4A8 tiles (the mx backends are MXFP8 themselves; resolve_backend sends an
+  // SM120/SM121 plan there).
+  MXMOE_REQUIRE(in_.precision == Precision::Bf16 || is_mx(b) || b == Backend::Auto, "precision: 'fp8' needs backend ",
+                "auto, mx or mx-emulated; '", to_string(b), "' is W4A16 only");
+  MXMOE_REQUIRE(in_.precision == Precision::Bf16 || is_mx(b) || in_.fits.wgmma_fp8, "precision: 'fp8' on ", c.name,
+                " needs the W4A8 wgmma tiles (a compute capability 9.0 GPU and a build with sm_90a in its full ",
+                "profile) or an SM120/SM121 GPU (the MXFP8 path: backend mx)");
   if (!wgmma_ok_)
     notes_.push_back(c.wgmma ? "wgmma tiles: not in this build (sm_90a, full profile) or do not fit"
                              : "wgmma tiles: no wgmma on " + c.name);
@@ -193,6 +202,14 @@ void Planner::choose_tile(double rows, Plan& p) const {
   set(pick->family, pick->m_tiles, pick->swap_ab);
 }
 
+// The W4A8 tiles at every T (the precision fixes the numerics, not the batch): the bf16 wgmma tiles'
+// thresholds (preferences.cpp), the narrowest tile below them. Not timed per tile yet.
+void Planner::choose_fp8_tile(double rows, Plan& p) const {
+  p.family = Family::WgmmaFp8;
+  const int tile = rows >= 60 ? 128 : rows >= 24 ? 64 : 32;
+  p.m_tiles = (kernels::tile_built(kernels::TileFamily::WgmmaFp8, tile) ? tile : 32) / 16;
+}
+
 void Planner::choose_gemv(int64_t tokens, double rows, Plan& p) const {
   const PlanOverride& f = in_.force;
   p.family = Family::Gemv;
@@ -233,7 +250,8 @@ Plan Planner::plan(int64_t tokens) const {
     return p;
   }
   const double rows = rows_per_expert(tokens);
-  if (uses_tensor_cores(rows)) choose_tile(rows, p);
+  if (in_.precision == Precision::Fp8) choose_fp8_tile(rows, p);
+  else if (uses_tensor_cores(rows)) choose_tile(rows, p);
   else choose_gemv(tokens, rows, p);
   return p;
 }

@@ -27,6 +27,7 @@ struct Fits {
   bool mma = false;    // every register-decode and swap-AB tile
   bool wgmma = false;  // the wgmma tiles are built (sm_90a, full profile) and run on the caps
   bool mx = false;     // the MX tile
+  bool wgmma_fp8 = false;  // the W4A8 wgmma tiles are built (sm_90a, full profile) and run on the caps
 };
 Fits fits_for_caps(const DeviceCaps& caps);
 
@@ -40,6 +41,8 @@ struct PlannerInput {
   // RunnerOptions::routed_experts: the experts the tokens are routed among when the layer holds only
   // config.num_experts of them (an expert-parallel rank); 0: config.num_experts.
   int routed_experts = 0;
+  // RunnerOptions::precision: fp8 under a W4A16 backend (auto) plans the W4A8 wgmma tiles (Hopper).
+  Precision precision = Precision::Bf16;
 };
 
 class Planner {
@@ -60,6 +63,7 @@ class Planner {
   bool uses_tensor_cores(double rows) const;
   void choose_tile(double rows, Plan& p) const;
   void choose_gemv(int64_t tokens, double rows, Plan& p) const;
+  void choose_fp8_tile(double rows, Plan& p) const;
 
   PlannerInput in_;
   std::vector<std::string> notes_;

@@ -34,6 +34,7 @@ int row_of(const Plan& p) {
     case Family::Gemv: return kernels::find_row(TileFamily::Gemv, p.batch_rows, p.stages);
     case Family::Mma: return kernels::find_row(p.swap_ab ? TileFamily::Swap : TileFamily::Mma, 16 * p.m_tiles);
     case Family::Wgmma: return p.swap_ab ? -1 : kernels::find_row(TileFamily::Wgmma, 16 * p.m_tiles);
+    case Family::WgmmaFp8: return kernels::find_row(TileFamily::WgmmaFp8, 16 * p.m_tiles);
     case Family::Mx:  // the MX backends' one tile
       for (size_t i = 0; i < kernels::kTileCount; ++i)
         if (kTileTable[i].family == TileFamily::Mx) return static_cast<int>(i);

@@ -193,6 +193,16 @@ TEST_F(CliTest, PlanForATargetNeedsNoGpuAndNamesOnlyItsTiles) {
   const auto plan_line = [](const std::string& out) { return out.substr(out.find("T = 1024:")); };
   EXPECT_EQ(plan_line(ep.out), plan_line(whole.out));
   EXPECT_CLEAN_ERROR(run("plan --target h200 --ep 64"), 2);  // 128 experts / k = 4: at most 32 ranks
+  // fp8: the W4A8 wgmma tiles on Hopper targets, the MXFP8 path on SM12x ones.
+  const CliResult fp8 = run("plan --target h100 --precision fp8 --tokens 1,4096");
+  ASSERT_EQ(fp8.exit_code, 0) << fp8.err;
+  EXPECT_NE(fp8.out.find("T = 1: wgmma fp8 (W4A8) 256x32x128"), std::string::npos) << fp8.out;
+  EXPECT_NE(fp8.out.find("T = 4096: wgmma fp8 (W4A8) 256x128x128"), std::string::npos) << fp8.out;
+  const CliResult fp8_gb10 = run("plan --target gb10 --precision fp8 --tokens 1");
+  ASSERT_EQ(fp8_gb10.exit_code, 0) << fp8_gb10.err;
+  EXPECT_NE(fp8_gb10.out.find("T = 1: mx native"), std::string::npos) << fp8_gb10.out;
+  EXPECT_CLEAN_ERROR(run("plan --target h100 --precision fp16"), 2);
+  EXPECT_CLEAN_ERROR(run("plan --target h100 --precision fp8 --backend mma"), 1);
   const CliResult forced = run("plan --target gb10 --plan mma=wgmma64");
   EXPECT_CLEAN_ERROR(forced, 1);
   EXPECT_NE(forced.err.find("mma=wgmma64"), std::string::npos) << forced.err;

@@ -285,5 +285,38 @@ TEST(Planner, AnExpertParallelRankPlansForItsShareOfThePairs) {
   test::expect_error_naming([&] { Planner p(bad); }, "routed_experts");
 }
 
+// Precision::Fp8 under auto plans the W4A8 wgmma tiles at every T on the Hopper targets (32 rows at
+// decode, 64 and 128 as the bf16 wgmma tiles grow); an SM120/SM121 target has no W4A8 tiles (its fp8 is
+// the mx backend, which resolve_backend picks there); the W4A16 backends refuse it by name.
+TEST(Planner, Fp8PlansTheW4a8TilesOnHopperAndIsRefusedWhereTheyCannotRun) {
+  const MoeConfig c = MoeConfig::preset("gpt-oss-120b");
+  for (const std::string target : {"h100", "h200"}) {
+    PlannerInput in = input_for(target, c);
+    in.precision = Precision::Fp8;
+    const Planner fp8(in);
+    for (const int64_t t : {1, 4, 64, 256, 1024, 4096}) {
+      const Plan p = fp8.plan(t);
+      EXPECT_EQ(p.family, Family::WgmmaFp8) << target << " T = " << t;
+      EXPECT_NE(p.to_string().find("wgmma fp8 (W4A8) 256x"), std::string::npos) << p.to_string();
+    }
+    EXPECT_EQ(fp8.plan(1).m_tiles, 2);
+    EXPECT_EQ(fp8.plan(1024).m_tiles, 4);  // 32 rows per expert
+    EXPECT_EQ(fp8.plan(4096).m_tiles, 8);
+    EXPECT_EQ(Planner(input_for(target, c)).plan(1).family, Family::Gemv) << "bf16 stays the default";
+    for (const Backend b : {Backend::Gemv, Backend::Mma}) {
+      PlannerInput w4a16 = input_for(target, c, b);
+      w4a16.precision = Precision::Fp8;
+      test::expect_error_naming([&] { Planner p(w4a16); }, "precision");
+    }
+  }
+  for (const std::string target : {"rtx5090", "rtxpro6000", "gb10"}) {
+    PlannerInput in = input_for(target, c);
+    in.precision = Precision::Fp8;
+    test::expect_error_naming([&] { Planner p(in); }, "precision");
+    in.backend = Backend::Mx;  // the MXFP8 path
+    EXPECT_EQ(Planner(in).plan(1024).family, Family::Mx) << target;
+  }
+}
+
 }  // namespace
 }  // namespace mxmoe::plan

@@ -38,6 +38,45 @@ TEST(Runner, ReferenceBackendMatchesReferenceMoe) {
   EXPECT_EQ(out, want);
 }
 
+// Precision::Fp8 on the reference backend: the W4A8 numerics (reference_numerics says which), which
+// differ from bf16's; a W4A16 backend refuses fp8 by name, and an unknown precision name is an Error.
+TEST(Runner, Fp8OnTheReferenceRunsTheW4a8Numerics) {
+  const MoeConfig cfg = MoeConfig::tiny();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const MoeLayerData layer = MoeLayerData::random(cfg, seed);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist;
+  const int64_t tokens = 5;
+  std::vector<uint16_t> hidden(static_cast<size_t>(tokens * cfg.hidden));
+  for (auto& h : hidden) h = float_to_bf16(dist(rng));
+  std::vector<float> logits(static_cast<size_t>(tokens * cfg.num_experts));
+  for (auto& l : logits) l = dist(rng);
+  RunnerOptions options = reference_options(8);
+  options.precision = Precision::Fp8;
+  const MoeRunner fp8(cfg, layer.view(), options);
+  EXPECT_EQ(fp8.precision(), Precision::Fp8);
+  const ReferenceOptions numerics = fp8.reference_numerics();
+  EXPECT_TRUE(numerics.fp8_weights && numerics.fp8_gemm1_input && numerics.fp8_gemm2_input);
+  EXPECT_FALSE(numerics.mxfp8_gemm1_input || numerics.mxfp8_gemm2_input);
+  std::vector<uint16_t> out(hidden.size(), 0xFFFF), want(hidden.size()), bf16(hidden.size());
+  fp8.forward(hidden.data(), logits.data(), tokens, out.data(), nullptr, 0);
+  reference_moe(cfg, layer.view(), hidden, logits, tokens, want, numerics);
+  reference_moe(cfg, layer.view(), hidden, logits, tokens, bf16);
+  EXPECT_EQ(out, want);
+  EXPECT_NE(out, bf16) << "e4m3 activations should show";
+  const MoeRunner plain(cfg, layer.view(), reference_options(8));
+  EXPECT_EQ(plain.precision(), Precision::Bf16);
+  EXPECT_FALSE(plain.reference_numerics().fp8_gemm1_input);
+  for (const Backend b : {Backend::Gemv, Backend::Mma}) {
+    RunnerOptions w4a16 = options;
+    w4a16.backend = b;
+    expect_error_naming([&] { MoeRunner r(cfg, layer.view(), w4a16); }, "precision");
+  }
+  EXPECT_EQ(parse_precision("FP8"), Precision::Fp8);
+  expect_error_naming([] { (void)parse_precision("fp16"); }, "precision");
+}
+
 TEST(Runner, RejectsMisuse) {
   const MoeConfig cfg = MoeConfig::tiny();
   const MoeLayerData layer = MoeLayerData::random(cfg, 3);

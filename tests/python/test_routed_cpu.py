@@ -248,3 +248,23 @@ def test_first_call_inside_torch_compile(tmp_path):
     p = torch.full((5, 2), 0.5)
     compiled = torch.compile(lambda a, i, q: layer(a, topk_ids=i, topk_weights=q) * 2, fullgraph=True, backend="eager")
     assert torch.equal(compiled(x, ids, p), layer(x, topk_ids=ids, topk_weights=p) * 2)
+
+
+def test_precision_fp8_on_the_reference(rng):
+    """precision="fp8" runs the W4A8 numerics (e4m3 activations, one scale per row): close to bf16's
+    output (W4A8 is about 4% off), not equal to it; the layer says its precision; bad names and the W4A16
+    backends raise mxmoe.Error naming precision."""
+    w = random_layer(rng, E, H, I)
+    cfg = make_config(E, K, H, I)
+    hidden = f64_to_bf16(rng.normal(size=(6, H)))
+    logits = rng.normal(size=(6, E)).astype(np.float32)
+    bf16 = mxmoe.MoeLayer(cfg, w, backend="reference", max_tokens=6)
+    fp8 = mxmoe.MoeLayer(cfg, w, backend="reference", max_tokens=6, precision="fp8")
+    assert (bf16.precision, fp8.precision) == ("bf16", "fp8")
+    a, b = bf16(hidden, logits), fp8(hidden, logits)
+    assert not np.array_equal(a, b)
+    assert rel_error(b, bf16_to_f64(a)) <= 8e-2
+    with pytest.raises(mxmoe.Error, match="precision"):
+        mxmoe.MoeLayer(cfg, w, backend="reference", max_tokens=6, precision="fp16")
+    with pytest.raises(mxmoe.Error, match="precision"):
+        mxmoe.MoeLayer(cfg, w, backend="gemv", max_tokens=6, precision="fp8")

@@ -39,6 +39,7 @@ struct BenchOptions {
   int experts = 0, top_k = 0, hidden = 0, intermediate = 0;
   std::vector<int64_t> tokens = {1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096};
   std::string backend = "auto";
+  std::string precision = "bf16";
   std::string target;  // plan for this target and run its plan here (RunnerOptions::target)
   int iterations = 60, warmup = 10;
   // Replays before timing for at least this long: an H100 at gpt-oss-120b's T = 1024 reaches its power
@@ -59,6 +60,7 @@ int run_bench(const BenchOptions& o) {
       o.experts ? custom_config(o.experts, o.top_k, o.hidden, o.intermediate) : MoeConfig::preset(o.preset);
   RunnerOptions ropt;
   ropt.backend = parse_backend(o.backend);
+  ropt.precision = parse_precision(o.precision);
   ropt.max_tokens = *std::max_element(o.tokens.begin(), o.tokens.end());
   ropt.target = o.target;
 
@@ -125,6 +127,7 @@ int run_bench(const BenchOptions& o) {
   record["shape"] = {{"experts", cfg.num_experts}, {"top_k", cfg.top_k}, {"hidden", cfg.hidden},
                      {"intermediate", cfg.intermediate}};
   record["backend"] = to_string(runners[0].backend());
+  record["precision"] = to_string(runners[0].precision());
   if (!o.target.empty()) {
     record["target"] = o.target;
     record["green_context_sms"] = green ? green->sm_count() : 0;  // 0: all of this GPU's SMs
@@ -142,7 +145,8 @@ int run_bench(const BenchOptions& o) {
   std::ostringstream table;
   table << "device " << gpu.name << " | copy " << std::fixed << std::setprecision(0) << copy_gbps << " GB/s"
         << bench::clock_note(copy.gpu) << " | bf16 " << bf16_tflops << " TFLOP/s" << bench::clock_note(bf16.gpu)
-        << " | " << cfg.name << " | " << layers << " layers rotated | warm-up " << o.warmup_ms << " ms";
+        << " | " << cfg.name << " | precision " << to_string(runners[0].precision()) << " | " << layers
+        << " layers rotated | warm-up " << o.warmup_ms << " ms";
   if (!o.target.empty())
     table << " | plan of target " << o.target << (green ? " on " + std::to_string(green->sm_count()) + " SMs" : "");
   table << "\n";
@@ -260,6 +264,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--backend", o->backend, "Backend: " + joined(backend_names()))
       ->capture_default_str()
       ->check(CLI::Validator(validate_backend_name, "BACKEND", "backend"));
+  cmd->add_option("--precision", o->precision, "Activations: bf16 (W4A16, default) or fp8 (W4A8 on Hopper, MXFP8 on SM12x)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"bf16", "fp8"}));
   cmd->add_option("--target", o->target,
                   "Plan for this target and run its plan on this GPU (on its SM count where that is fewer): " +
                       joined(plan::target_names()))

@@ -25,6 +25,7 @@ struct RunOptions {
   int64_t tokens = 8;
   uint64_t seed = 0;
   std::string input, output, backend;
+  std::string precision = "bf16";
   CLI::Option* tokens_opt = nullptr;
   CLI::Option* seed_opt = nullptr;
   CLI::Option* input_opt = nullptr;
@@ -86,14 +87,16 @@ int run_run(const RunOptions& o) {
 
   // An explicit --backend wins over MXMOE_BACKEND; without it the environment may choose.
   const Backend backend = o.backend_opt->count() > 0 ? parse_backend(o.backend) : Backend::Auto;
-  const MoeRunner runner(config, layer.view(), RunnerOptions{backend, tokens, o.backend_opt->count() == 0});
+  RunnerOptions options{backend, tokens, o.backend_opt->count() == 0};
+  options.precision = parse_precision(o.precision);
+  const MoeRunner runner(config, layer.view(), options);
   const ForwardResult result = run_forward(runner, hidden, logits, tokens);
 
   std::cout << "checkpoint: " << o.checkpoint << " (" << to_string(checkpoint.naming()) << " tensor names, "
             << num_layers << " layers), layer " << o.layer << "\n";
   std::cout << "shape: " << tokens << " tokens, " << describe_shape(config) << "\n";
   std::cout << "input: " << input_text << "\n";
-  std::cout << "backend: " << to_string(runner.backend()) << "\n";
+  std::cout << "backend: " << to_string(runner.backend()) << ", precision " << to_string(runner.precision()) << "\n";
   std::cout << "plan: " << runner.describe_plan(tokens) << "\n";
   std::printf("time: %.3f ms (one forward, wall clock)\n", result.milliseconds);
 
@@ -142,6 +145,9 @@ void add_run_command(CLI::App& app, int& exit_code) {
   o->backend_opt = cmd->add_option("--backend", o->backend,
                                    "Backend: " + joined(backend_names()) + " (default: MXMOE_BACKEND, else auto)")
                        ->check(CLI::Validator(validate_backend_name, "BACKEND", "backend"));
+  cmd->add_option("--precision", o->precision, "Activations: bf16 (W4A16, default) or fp8 (W4A8 on Hopper, MXFP8 on SM12x)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"bf16", "fp8"}));
   cmd->callback([o, &exit_code] { exit_code = run_run(*o); });
 }
 
