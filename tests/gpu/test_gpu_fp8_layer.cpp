@@ -50,9 +50,11 @@ TEST_P(GpuFp8Layer, MatchesTheW4a8ReferenceAndTheExactOneWithinItsError) {
   const ErrorStats m = compare(out, w4a8), e = compare(out, exact);
   std::printf("  %s: relative error %.3g to the W4A8 reference, %.3g to the exact one\n", c.name, m.rel, e.rel);
   EXPECT_EQ(m.nan_count, 0) << "unwritten or non-finite outputs";
-  // The kernels differ from the model only by the wgmma's accumulation (about 14 bits) and summation
-  // order, and the bf16 roundings: the per-GEMM tests (test_gpu_wgmma_fp8.cpp) measure 0.1-0.4%.
-  EXPECT_LE(m.rel, 1e-2) << "to the W4A8 reference; worst element " << m.worst << " abs error " << m.max_abs;
+  // The kernels differ from the model by the wgmma's accumulation (about 14 bits), summation order and
+  // the bf16 roundings (0.1-0.4% per GEMM: test_gpu_wgmma_fp8.cpp). Those small differences in GEMM1's
+  // output move some of GEMM2's inputs across an e4m3 rounding boundary (an ulp is 6-12% of the value),
+  // so the layer sits 1.2-2.0% from the model (H200, 2026-11-28; T = 1 the most, fewest elements).
+  EXPECT_LE(m.rel, 3e-2) << "to the W4A8 reference; worst element " << m.worst << " abs error " << m.max_abs;
   // W4A8 itself is 3.9-4.8% off the exact layer on such inputs (test_fp8_numerics.cpp bounds it by 6%).
   if (c.tokens > 0) EXPECT_LE(e.rel, 8e-2) << "to the exact reference; worst element " << e.worst;
 }
