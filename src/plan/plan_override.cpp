@@ -44,7 +44,11 @@ bool flag(std::string_view source, std::string_view key, std::string_view value)
 // planner says when this build lacks one.
 std::string to_string(const MmaTileChoice& tile) {
   if (const int row = plan::row_of(tile); row >= 0) return std::string(kernels::kTileTable[row].name);
-  return (tile.form == MmaForm::SwapAb ? "swap" : tile.form == MmaForm::Wgmma ? "wgmma" : "") + std::to_string(tile.rows);
+  const char* form = tile.form == MmaForm::SwapAb     ? "swap"
+                     : tile.form == MmaForm::Wgmma    ? "wgmma"
+                     : tile.form == MmaForm::WgmmaFp8 ? "fp8wgmma"
+                                                      : "";
+  return form + std::to_string(tile.rows);
 }
 
 PlanOverride parse_plan_override(std::string_view text, std::string_view source) {

@@ -146,7 +146,15 @@ Planner::Planner(PlannerInput input) : in_(std::move(input)) {
                       "in its full profile");
         MXMOE_REQUIRE(f.wgmma.value_or(true), key, ": contradicts wgmma=0");
         break;
+      case MmaForm::WgmmaFp8:
+        MXMOE_REQUIRE(in_.precision == Precision::Fp8 && !is_mx(b), key, ": a W4A8 tile, for precision fp8 ",
+                      "(backend auto) only");
+        MXMOE_REQUIRE(kernels::tile_built(kernels::TileFamily::WgmmaFp8, t.rows), key,
+                      ": not built in this (minimal) profile");
+        break;
     }
+    MXMOE_REQUIRE(t.form == MmaForm::WgmmaFp8 || in_.precision == Precision::Bf16 || is_mx(b), key,
+                  ": a W4A16 tile; precision fp8 runs the fp8wgmma tiles");
   }
   if (in_.tune && !in_.tune->matches(c.name, std::to_string(c.cc_major) + "." + std::to_string(c.cc_minor), cfg)) {
     notes_.push_back("tune table: for another device or shape (" + in_.tune->device + "), ignored");
@@ -206,6 +214,10 @@ void Planner::choose_tile(double rows, Plan& p) const {
 // thresholds (preferences.cpp), the narrowest tile below them. Not timed per tile yet.
 void Planner::choose_fp8_tile(double rows, Plan& p) const {
   p.family = Family::WgmmaFp8;
+  if (const auto& forced = in_.force.mma_tile) {  // checked at construction: an fp8 tile this build has
+    p.m_tiles = forced->rows / 16;
+    return;
+  }
   const int tile = rows >= 60 ? 128 : rows >= 24 ? 64 : 32;
   p.m_tiles = (kernels::tile_built(kernels::TileFamily::WgmmaFp8, tile) ? tile : 32) / 16;
 }

@@ -16,9 +16,9 @@ std::optional<MmaTileChoice> mma_choice_of(const TileRow& row) {
     case TileFamily::Mma: return MmaTileChoice{row.rows, MmaForm::Plain};
     case TileFamily::Swap: return MmaTileChoice{row.rows, MmaForm::SwapAb};
     case TileFamily::Wgmma: return MmaTileChoice{row.rows, MmaForm::Wgmma};
+    case TileFamily::WgmmaFp8: return MmaTileChoice{row.rows, MmaForm::WgmmaFp8};
     case TileFamily::Gemv:
-    case TileFamily::Mx:
-    case TileFamily::WgmmaFp8: break;  // the fp8 tiles are not planned yet
+    case TileFamily::Mx: break;
   }
   return std::nullopt;
 }
@@ -66,7 +66,10 @@ TileForce force_of(const TileRow& row) {
       f.plan.mma_tile = mma_choice_of(row);
       break;
     case TileFamily::Mx: f.backend = Backend::MxEmulated; break;
-    case TileFamily::WgmmaFp8: break;  // not planned yet: nothing to force
+    case TileFamily::WgmmaFp8:  // auto at precision fp8 with mma=NAME
+      f.precision = Precision::Fp8;
+      f.plan.mma_tile = mma_choice_of(row);
+      break;
   }
   return f;
 }

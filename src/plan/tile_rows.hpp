@@ -14,7 +14,7 @@
 
 namespace mxmoe::plan {
 
-// A tensor-core row (Mma, Swap, Wgmma) as an mma= choice; nullopt for the GEMV and MX rows.
+// A tensor-core row (Mma, Swap, Wgmma, WgmmaFp8) as an mma= choice; nullopt for the GEMV and MX rows.
 std::optional<MmaTileChoice> mma_choice_of(const kernels::TileRow& row);
 // The row of an mma= choice, or -1 when no row is that tile.
 int row_of(const MmaTileChoice& choice);
@@ -24,10 +24,11 @@ int row_of(const Plan& plan);
 std::vector<int> gemv_values(int kernels::TileRow::*field);
 
 // What forces a row: the GEMV rows the gemv backend with batch= (and stages= off the default ring), the
-// tensor-core rows the mma backend with mma=NAME; the MX row is the MX backends' (mx-emulated runs on
-// every device with the tile), with no key of its own.
+// tensor-core rows the mma backend with mma=NAME, the W4A8 rows auto at precision fp8 with mma=NAME; the
+// MX row is the MX backends' (mx-emulated runs on every device with the tile), with no key of its own.
 struct TileForce {
   Backend backend = Backend::Auto;
+  Precision precision = Precision::Bf16;
   PlanOverride plan;
 };
 TileForce force_of(const kernels::TileRow& row);

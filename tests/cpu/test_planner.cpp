@@ -303,6 +303,15 @@ TEST(Planner, Fp8PlansTheW4a8TilesOnHopperAndIsRefusedWhereTheyCannotRun) {
     EXPECT_EQ(fp8.plan(1024).m_tiles, 4);  // 32 rows per expert
     EXPECT_EQ(fp8.plan(4096).m_tiles, 8);
     EXPECT_EQ(Planner(input_for(target, c)).plan(1).family, Family::Gemv) << "bf16 stays the default";
+    // Forced through mma=: an fp8 tile at fp8 only, a W4A16 tile at bf16 only.
+    PlannerInput forced = in;
+    forced.force = parse_plan_override("mma=fp8wgmma128", "MXMOE_PLAN");
+    EXPECT_EQ(Planner(forced).plan(1).m_tiles, 8);
+    forced.force = parse_plan_override("mma=wgmma64", "MXMOE_PLAN");
+    test::expect_error_naming([&] { Planner p(forced); }, "mma=wgmma64");
+    PlannerInput bf16 = input_for(target, c);
+    bf16.force = parse_plan_override("mma=fp8wgmma64", "MXMOE_PLAN");
+    test::expect_error_naming([&] { Planner p(bf16); }, "mma=fp8wgmma64");
     for (const Backend b : {Backend::Gemv, Backend::Mma}) {
       PlannerInput w4a16 = input_for(target, c, b);
       w4a16.precision = Precision::Fp8;

@@ -60,6 +60,11 @@ TEST(TileTable, NamesAreUniqueAndEachRowsOverrideParsesBackToIt) {
       EXPECT_EQ(row_of(*o.mma_tile), &r - kTileTable);
       EXPECT_EQ(o.mma_tile->rows, r.rows);
       EXPECT_EQ(force.backend, Backend::Mma);
+      EXPECT_EQ(force.precision, Precision::Bf16);
+    } else if (r.family == TileFamily::WgmmaFp8) {  // auto at precision fp8, mma=NAME
+      EXPECT_EQ(text, "mma=" + std::string(r.name));
+      EXPECT_EQ(force.backend, Backend::Auto);
+      EXPECT_EQ(force.precision, Precision::Fp8);
     } else if (r.family == TileFamily::Gemv) {
       EXPECT_EQ(force.plan.gemv_batch_rows.value_or(0), r.rows);
       EXPECT_EQ(force.plan.gemv_stages.value_or(gemv::kDefaultStages), r.stages);
@@ -88,10 +93,10 @@ TEST(TileTable, EveryForcedRowIsTheRowThePlanRuns) {
   for (size_t i = 0; i < kernels::kTileCount; ++i) {
     const TileRow& r = kTileTable[i];
     SCOPED_TRACE(std::string(r.name));
-    if (r.family == TileFamily::WgmmaFp8) continue;  // the fp8 precision is not planned yet: nothing forces it
     const TileForce force = force_of(r);
     for (const MoeConfig& c : shapes()) {
       PlannerInput in = input_for(target_for(r), c, force.backend);
+      in.precision = force.precision;
       in.force = parse_plan_override(to_string(force.plan), "MXMOE_PLAN");
       if (!runnable(r)) {
         EXPECT_THROW(Planner{in}, Error) << "a row this build lacks";
