@@ -45,6 +45,20 @@ void GpuLayer::bind_weights(kernels::GroupedWeights& a, bool gemm1) const {
   a.experts = static_cast<int>(m.packed.bytes() / static_cast<size_t>(m.shape.bytes()));
 }
 
+void combine_expert_rows(const GpuLayer& layer, const ForwardArgs& f, bool bf16_rows) {
+  const MoeConfig& c = layer.config;
+  const int32_t* pair_row = f.ws.routing.pair_row;
+  const auto* rows16 = reinterpret_cast<const uint16_t*>(f.ws.expert_rows);
+  if (bf16_rows && f.out_f32 != nullptr)
+    routing::combine_bf16_rows(rows16, pair_row, f.tokens, c.top_k, c.hidden, f.out_f32, f.stream);
+  else if (bf16_rows)
+    routing::combine_bf16_rows(rows16, pair_row, f.tokens, c.top_k, c.hidden, f.out, f.stream);
+  else if (f.out_f32 != nullptr)
+    routing::combine_rows(f.ws.expert_rows, pair_row, f.tokens, c.top_k, c.hidden, f.out_f32, f.stream);
+  else
+    routing::combine_rows(f.ws.expert_rows, pair_row, f.tokens, c.top_k, c.hidden, f.out, f.stream);
+}
+
 void GpuLayer::bind_routing(kernels::GroupedRouting& a, const BoundWorkspace& ws) const {
   a.row_pair = ws.routing.row_pair;
   a.top_k = config.top_k;

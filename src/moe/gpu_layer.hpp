@@ -55,6 +55,10 @@ struct ForwardArgs {
   float* out_f32 = nullptr;
 };
 
+// The combine every sequence ends with: each token's k rows of GEMM2's output (ws.expert_rows: fp32, or
+// bf16 where `bf16_rows`) summed into f.out, or into f.out_f32 where set.
+void combine_expert_rows(const GpuLayer& layer, const ForwardArgs& f, bool bf16_rows);
+
 void run_gemv(const GpuLayer& layer, const plan::Plan& plan, const ForwardArgs& f);
 void run_mma(const GpuLayer& layer, const plan::Plan& plan, const ForwardArgs& f);  // Mma and Wgmma
 void run_mx(const GpuLayer& layer, const plan::Plan& plan, const ForwardArgs& f);

@@ -57,15 +57,7 @@ void run_mma(const GpuLayer& layer, const plan::Plan& p, const ForwardArgs& f) {
   }
   if (f.stages < 4) return;
   // The swap-AB and wgmma tiles' GEMM2 writes bf16 rows (swap_epilogue.cuh), the others fp32.
-  const auto* bf16_rows = reinterpret_cast<const uint16_t*>(ws.expert_rows);
-  if (f.out_f32 != nullptr && (wgmma || p.swap_ab))
-    routing::combine_bf16_rows(bf16_rows, ws.routing.pair_row, f.tokens, c.top_k, c.hidden, f.out_f32, f.stream);
-  else if (f.out_f32 != nullptr)
-    routing::combine_rows(ws.expert_rows, ws.routing.pair_row, f.tokens, c.top_k, c.hidden, f.out_f32, f.stream);
-  else if (wgmma || p.swap_ab)
-    routing::combine_bf16_rows(bf16_rows, ws.routing.pair_row, f.tokens, c.top_k, c.hidden, f.out, f.stream);
-  else
-    routing::combine_rows(ws.expert_rows, ws.routing.pair_row, f.tokens, c.top_k, c.hidden, f.out, f.stream);
+  combine_expert_rows(layer, f, wgmma || p.swap_ab);
 }
 
 }  // namespace mxmoe

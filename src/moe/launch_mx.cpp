@@ -55,10 +55,7 @@ void run_mx(const GpuLayer& layer, const plan::Plan& p, const ForwardArgs& f) {
   a.out = ws.expert_rows;
   mma::launch_mx_gemm2(atom, a, f.tokens, p.max_active, f.stream);
   if (f.stages < 4) return;
-  if (f.out_f32 != nullptr)
-    routing::combine_rows(ws.expert_rows, ws.routing.pair_row, f.tokens, c.top_k, c.hidden, f.out_f32, f.stream);
-  else
-    routing::combine_rows(ws.expert_rows, ws.routing.pair_row, f.tokens, c.top_k, c.hidden, f.out, f.stream);
+  combine_expert_rows(layer, f, false);
 }
 
 }  // namespace mxmoe

@@ -41,11 +41,7 @@ void run_wgmma_fp8(const GpuLayer& layer, const plan::Plan& p, const ForwardArgs
   sm90::launch_wgmma_fp8<false>(a, {layer.w2.row_exponents.get<int8_t>(), scales2}, f.tokens, p.max_active, rows,
                                 f.stream);
   if (f.stages < 4) return;
-  const auto* bf16_rows = reinterpret_cast<const uint16_t*>(ws.expert_rows);
-  if (f.out_f32 != nullptr)
-    routing::combine_bf16_rows(bf16_rows, ws.routing.pair_row, f.tokens, c.top_k, c.hidden, f.out_f32, f.stream);
-  else
-    routing::combine_bf16_rows(bf16_rows, ws.routing.pair_row, f.tokens, c.top_k, c.hidden, f.out, f.stream);
+  combine_expert_rows(layer, f, true);  // GEMM2 writes bf16 rows
 }
 
 }  // namespace mxmoe
