@@ -394,6 +394,9 @@ TEST_F(ShardTest, ShardedMoeErrorsNameTheArgument) {
   expect_error_naming([&] { ShardedMoe(tp, whole.view(), options); }, "MoeWeights");
   const LayerShard ep = resolve_shard(c, ShardSpec::expert(4, 5));  // 9 experts over 5 ranks: rank 4 has 1
   expect_error_naming([&] { ShardedMoe(ep, slice_layer(ep, whole).view(), options); }, "world_size <= E / k");
+  RunnerOptions fp8 = options;
+  fp8.precision = Precision::Fp8;
+  expect_error_naming([&] { ShardedMoe(tp, slice_layer(tp, whole).view(), fp8); }, "precision");
   const ShardedMoe moe(tp, slice_layer(tp, whole).view(), options);
   const auto hidden = random_hidden(5, c.hidden);
   const auto logits = random_logits(5, c.num_experts);

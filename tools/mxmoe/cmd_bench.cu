@@ -295,6 +295,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
     if (o->experts != 0 && !(o->top_k > 0 && o->hidden > 0 && o->intermediate > 0))
       throw UsageError("--experts needs --top-k, --hidden and --intermediate too");
     if (o->experts != 0) custom_config(o->experts, o->top_k, o->hidden, o->intermediate);
+    // The tune table selects among the W4A16 families; the W4A8 tiles are forced by MXMOE_PLAN=mma=fp8wgmmaN.
+    if (!o->tune_path.empty() && o->precision == "fp8")
+      throw UsageError("--tune: times the bf16 (W4A16) families; run it without --precision fp8");
     exit_code = run_bench(*o);
   });
 }
