@@ -21,7 +21,7 @@ enum class TileFamily : uint8_t {
   Swap,   // mma.sync swap-AB, the weights on M (mma/swap_gemm_kernel.cu)
   Wgmma,  // Hopper's warpgroup MMA (sm90/wgmma_gemm_kernel.cu)
   Mx,     // MXFP8 activations, emulated or native MX atom (mma/mx_gemm_kernel.cu)
-  WgmmaFp8,  // Hopper's FP8 (W4A8) warpgroup MMA (sm90/wgmma_fp8_gemm_kernel.cu); not planned yet
+  WgmmaFp8,  // Hopper's FP8 (W4A8) warpgroup MMA (sm90/wgmma_fp8_gemm_kernel.cu): Precision::Fp8 only
 };
 
 // The architectures where a tile runs (a bit set). Every tile is compiled for every architecture of
@@ -110,7 +110,9 @@ inline constexpr TileRow kTileTable[] = {
     {TileFamily::Mx, "mx64", 64, 256, 128, 2, 8, 56320, kArchAny, true},
     // Hopper's FP8 (W4A8) wgmma tiles (docs/fp8.md): the wgmma tiles' shape with e4m3 operands, one
     // 128-byte activation line per row and chunk (half the bytes of bf16), 4 stages in every height (two
-    // blocks per SM at 32 rows, one from 64: Fp8Shape says why). Not timed yet; not planned yet.
+    // blocks per SM at 32 rows, one from 64: Fp8Shape says why). Planned at precision fp8 only. Forced one
+    // at a time on an H200 (2026-11-28_h200_fp8_tiles.txt), 32 / 64 / 128 rows: T = 512 877 / 1081 / 1322,
+    // T = 2048 2039 / 1661 / 1423; all slower than the bf16 tiles (docs/fp8.md).
     {TileFamily::WgmmaFp8, "fp8wgmma32", 32, 256, 128, 4, 16, 87040, kArchSm90a, false},
     {TileFamily::WgmmaFp8, "fp8wgmma64", 64, 256, 128, 4, 16, 103424, kArchSm90a, false},
     {TileFamily::WgmmaFp8, "fp8wgmma128", 128, 256, 128, 4, 16, 136192, kArchSm90a, false},
