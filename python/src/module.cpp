@@ -63,19 +63,8 @@ class Layer {
   // the GPU too: no conversion, no host read) and topk_weights [T, k] float32, used as given.
   void forward_routed(const InArray& hidden, const InArray& ids, const InArray& weights, Array& out,
                       uintptr_t stream) {
-    const int64_t tokens = check_hidden_and_out(*runner_, config_.hidden, hidden, out);
-    const bool ids64 = check_routed(*runner_, config_, ids, weights, tokens);
-    const auto* h = static_cast<const uint16_t*>(hidden.data());
-    const auto* w = static_cast<const float*>(weights.data());
-    auto* o = static_cast<uint16_t*>(out.data());
-    const auto s = reinterpret_cast<cudaStream_t>(stream);
-    nb::gil_scoped_release release;
-    if (ids64)
-      runner_->forward_routed(h, static_cast<const int64_t*>(ids.data()), w, tokens, o, workspace_.get(),
-                              workspace_.bytes(), s);
-    else
-      runner_->forward_routed(h, static_cast<const int32_t*>(ids.data()), w, tokens, o, workspace_.get(),
-                              workspace_.bytes(), s);
+    forward_routed_arrays(*runner_, *runner_, config_, hidden, ids, weights, out, workspace_.get(), workspace_.bytes(),
+                          stream);
   }
 
   std::string backend() const { return to_string(runner_->backend()); }

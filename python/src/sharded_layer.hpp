@@ -118,17 +118,7 @@ class ShardedLayer {
   // and topk_weights [T, k] fp32 (MoeRunner::forward_routed's rules).
   void forward_routed(const InArray& hidden, const InArray& ids, const InArray& weights, Array& out,
                       uintptr_t stream) {
-    const int64_t tokens = check_hidden_and_out(runner(), config_.hidden, hidden, out);
-    const bool ids64 = check_routed(runner(), config_, ids, weights, tokens);
-    const auto* h = static_cast<const uint16_t*>(hidden.data());
-    const auto* w = static_cast<const float*>(weights.data());
-    auto* o = static_cast<uint16_t*>(out.data());
-    const auto s = reinterpret_cast<cudaStream_t>(stream);
-    nb::gil_scoped_release release;
-    if (ids64)
-      moe_->forward_routed(h, static_cast<const int64_t*>(ids.data()), w, tokens, o, workspace(), workspace_bytes(), s);
-    else
-      moe_->forward_routed(h, static_cast<const int32_t*>(ids.data()), w, tokens, o, workspace(), workspace_bytes(), s);
+    forward_routed_arrays(*moe_, runner(), config_, hidden, ids, weights, out, workspace(), workspace_bytes(), stream);
   }
 
   std::string backend() const { return to_string(runner().backend()); }

@@ -216,6 +216,25 @@ inline bool check_routed(const MoeRunner& runner, const MoeConfig& config, const
   return ids64;
 }
 
+// The routed forward of a Layer (target: its MoeRunner) or a ShardedLayer (its ShardedMoe): the arrays
+// checked against `runner`, then target.forward_routed with the ids as int32 or int64, the GIL released.
+template <class Target>
+void forward_routed_arrays(const Target& target, const MoeRunner& runner, const MoeConfig& config,
+                           const InArray& hidden, const InArray& ids, const InArray& weights, Array& out,
+                           void* workspace, size_t workspace_bytes, uintptr_t stream) {
+  const int64_t tokens = check_hidden_and_out(runner, config.hidden, hidden, out);
+  const bool ids64 = check_routed(runner, config, ids, weights, tokens);
+  const auto* h = static_cast<const uint16_t*>(hidden.data());
+  const auto* w = static_cast<const float*>(weights.data());
+  auto* o = static_cast<uint16_t*>(out.data());
+  const auto s = reinterpret_cast<cudaStream_t>(stream);
+  nb::gil_scoped_release release;
+  if (ids64)
+    target.forward_routed(h, static_cast<const int64_t*>(ids.data()), w, tokens, o, workspace, workspace_bytes, s);
+  else
+    target.forward_routed(h, static_cast<const int32_t*>(ids.data()), w, tokens, o, workspace, workspace_bytes, s);
+}
+
 // A layer's runner options from the Python arguments (MXMOE_BACKEND and friends read only for auto).
 inline RunnerOptions runner_options(const std::string& backend, int64_t max_tokens,
                                     const std::optional<std::string>& plan, int routed_experts = 0,
