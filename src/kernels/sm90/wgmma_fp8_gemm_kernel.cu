@@ -140,33 +140,17 @@ void for_each_variant(F&& f) {
 
 bool wgmma_fp8_rows_supported(int rows) { return kernels::tile_built(kernels::TileFamily::WgmmaFp8, rows); }
 
-size_t wgmma_fp8_smem_bytes(int rows) {
-  const int row = kernels::find_row(kernels::TileFamily::WgmmaFp8, rows);
-  MXMOE_REQUIRE(row >= 0, "fp8 wgmma: no tile has ", rows, " rows");
-  return static_cast<size_t>(kernels::kTileTable[row].smem_bytes);
-}
+size_t wgmma_fp8_smem_bytes(int rows) { return row_smem_bytes(kernels::TileFamily::WgmmaFp8, rows, "fp8 wgmma"); }
 
 bool wgmma_fp8_runs(int device) {
   bool any = false;
   kernels::for_each_row<kernels::TileFamily::WgmmaFp8>([&](auto) { any = true; });
   // wgmma_in_build: the bf16 tiles are built and the build has sm_90a code; the FP8 rows are built with them.
-  if (!any || !wgmma_in_build()) return false;
-  int major = 0, minor = 0, optin = 0;
-  MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if ((kernels::arch_of(major, minor) & kernels::kArchSm90a) == 0) return false;
-  return kernels::variants_fit([](auto f) { for_each_variant(f); }, wgmma_fp8_smem_bytes, static_cast<size_t>(optin));
+  return any && wgmma_in_build() &&
+         variants_run_on(device, [](auto f) { for_each_variant(f); }, wgmma_fp8_smem_bytes);
 }
 
-void configure_wgmma_fp8() {
-  for_each_variant([&](auto kernel, int rows) {
-    MXMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(wgmma_fp8_smem_bytes(rows))));
-    MXMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                          cudaSharedmemCarveoutMaxShared));
-  });
-}
+void configure_wgmma_fp8() { allow_dynamic_smem([](auto f) { for_each_variant(f); }, wgmma_fp8_smem_bytes); }
 
 template <bool kGemm1>
 void launch_wgmma_fp8(const mma::MmaArgs& a, const Fp8Operands& fp8, int64_t tokens, int max_active, int rows,

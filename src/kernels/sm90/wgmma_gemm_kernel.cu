@@ -238,11 +238,7 @@ bool wgmma_built() {
 
 bool wgmma_rows_supported(int rows) { return kernels::tile_built(kernels::TileFamily::Wgmma, rows); }
 
-size_t wgmma_smem_bytes(int rows) {
-  const int row = kernels::find_row(kernels::TileFamily::Wgmma, rows);
-  MXMOE_REQUIRE(row >= 0, "wgmma: no tile has ", rows, " rows");
-  return static_cast<size_t>(kernels::kTileTable[row].smem_bytes);
-}
+size_t wgmma_smem_bytes(int rows) { return row_smem_bytes(kernels::TileFamily::Wgmma, rows, "wgmma"); }
 
 // Whether the build's architectures include sm_90a (MXMOE_CUDA_ARCHS, e.g. "90a,120a,121a"): plain
 // sm_90 code has no wgmma, and there the kernels are trap stubs.
@@ -255,28 +251,12 @@ static bool built_for_sm90a() {
 
 bool wgmma_in_build() { return wgmma_built() && built_for_sm90a(); }
 
+// wgmma is sm_90a only: a Hopper device, and the build's sm_90a image.
 bool wgmma_runs(int device) {
-  if (!wgmma_in_build()) return false;
-  int major = 0, minor = 0, optin = 0;
-  MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  // wgmma is sm_90a only (the table's rows say so): Hopper, with the build's sm_90a image (checked above).
-  if ((kernels::arch_of(major, minor) & kernels::kArchSm90a) == 0) return false;
-  return kernels::variants_fit([](auto f) { for_each_variant(f); }, wgmma_smem_bytes, static_cast<size_t>(optin));
+  return wgmma_in_build() && variants_run_on(device, [](auto f) { for_each_variant(f); }, wgmma_smem_bytes);
 }
 
-void configure_wgmma() {
-  for_each_variant([&](auto kernel, int rows) {
-    MXMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(wgmma_smem_bytes(rows))));
-    // All of the unified L1 as shared memory: without the hint the driver may keep a smaller split that a
-    // previous kernel left, which fits one block of the 32- and 64-row tiles instead of two (on an H100,
-    // gpt-oss-120b T = 1024 took 914 us after the GEMV sizes in one process, 848 without them).
-    MXMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                          cudaSharedmemCarveoutMaxShared));
-  });
-}
+void configure_wgmma() { allow_dynamic_smem([](auto f) { for_each_variant(f); }, wgmma_smem_bytes); }
 
 template <bool kGemm1>
 void launch_wgmma(const mma::MmaArgs& a, int64_t tokens, int max_active, int rows, cudaStream_t stream) {

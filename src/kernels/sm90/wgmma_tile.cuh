@@ -17,6 +17,7 @@
 #include "kernels/mma/m_tile_rows.cuh"
 #include "kernels/mma/swap_epilogue.cuh"
 #include "kernels/sm90/chunk_order.hpp"
+#include "kernels/sm90/sm90_host.hpp"
 #include "kernels/sm90/wgmma_gemm.hpp"
 #include "kernels/sm90/wgmma_stage.cuh"
 #include "common/cuda_check.hpp"
