@@ -30,7 +30,6 @@ struct PlanOverride {
   std::optional<int> local_route_tokens;      // local_route=0..4: the largest T routed inside the GEMMs
   std::optional<int> fused_combine_tokens;    // fused_combine=0..8: the largest T whose GEMM2 combines
   std::optional<bool> cluster_combine;        // cluster_combine=0|1: GEMM2's combine through a cluster
-  std::optional<bool> resident;               // resident=0|1: the GEMV decode stream where it fits (1) or never
   std::optional<bool> mx_expand_intermediate; // mx_expand=0|1: MX path, GEMM1 writes fp32 + a 2nd expand
 
   bool empty() const { return *this == PlanOverride{}; }

@@ -32,13 +32,6 @@ inline constexpr int kChunkScaleBytes = kTileRows * kChunkBlocks;        // 64
 inline constexpr int kChunkBytes = kChunkWeightBytes + kChunkScaleBytes;  // one record
 inline constexpr int kRecordHalfBytes = 128;  // rows g + 8 sit this far after rows g
 
-// The kernels' staged activation rows in shared memory (gemv_device.cuh): bytes of one row, 128-byte
-// aligned plus 64 so the 8 rows read by one quarter-warp land in different banks, and of rows_cap rows.
-MXMOE_HOST_DEVICE constexpr int act_row_stride(int chunks) { return chunks * kChunkK * 2 + 64; }
-MXMOE_HOST_DEVICE constexpr int act_bytes(int chunks, int rows_cap) {
-  return (rows_cap * act_row_stride(chunks) + 127) / 128 * 128;
-}
-
 // In-record byte offsets (above) of (tile row g + 8 * half, block `block` of the chunk).
 MXMOE_HOST_DEVICE constexpr int record_data_offset(int g, int block, int half) {
   return kChunkScaleBytes + 256 * block + kRecordHalfBytes * half + 16 * (g ^ (2 * block));

@@ -84,7 +84,6 @@ class GpuBackend final : public BackendImpl {
     MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_));
     MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&cc_major_, cudaDevAttrComputeCapabilityMajor, device_));
     gemv::configure(static_cast<size_t>(smem));
-    if (in.caps.bulk_copies) gemv::configure_resident(static_cast<size_t>(smem));
     if (in.fits.mma) mma::configure(static_cast<size_t>(smem));
     if (in.fits.mma && in.fits.wgmma) sm90::configure_wgmma();
     if (mx_mode()) mma::mx_configure();
@@ -130,7 +129,7 @@ class GpuBackend final : public BackendImpl {
     require_device_pointer(workspace, "workspace", 256);
     plan::Plan p = plan_for(tokens);
     // The fp32 output comes from the combine kernel: GEMM2 writes its rows and does not combine itself.
-    if (out_f32 != nullptr) p.fused_combine = p.cluster_combine = p.resident = false;
+    if (out_f32 != nullptr) p.fused_combine = p.cluster_combine = false;
     if (log_plan_) std::cerr << "mxmoe plan: T = " << tokens << ": " << p.to_string() << "\n";
     const WorkspaceLayout layout = layout_for(tokens);
     const BoundWorkspace ws = layout.bind(workspace);

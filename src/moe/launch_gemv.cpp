@@ -1,7 +1,6 @@
 // The GEMV family's launch sequence: route (unless both GEMMs route the tokens themselves), GEMM1,
 // GEMM2 (with the combine, or per slot as GEMM1 ends it), combine. Executes the plan as given.
 #include "kernels/gemv/gemv.hpp"
-#include "kernels/gemv/resident.hpp"
 #include "moe/gpu_layer.hpp"
 #include "routing/routing.hpp"
 
@@ -42,21 +41,6 @@ void run_gemv(const GpuLayer& layer, const plan::Plan& p, const ForwardArgs& f) 
   a.ksplit = p.ksplit1;
   a.act = f.hidden;
   a.out = ws.intermediate;
-  if (p.resident) {  // both GEMMs and the combine in one kernel (bench --stages: GEMM1's stage stops after its stores)
-    gemv::GemvArgs a2 = a;
-    layer.bind_weights(a2, false);
-    a2.wide_scales = layer.w2.wide_scales;
-    a2.ksplit = p.ksplit2;
-    a2.act = static_cast<const uint16_t*>(ws.intermediate);
-    gemv::ResidentArgs r;
-    r.counters = ws.resident_counters;
-    r.partials = ws.resident_partials;
-    r.out = f.out;
-    r.blocks = p.resident_blocks;
-    r.gemm2 = f.stages >= 3;
-    gemv::launch_resident(a, a2, r, f.tokens, p.max_active, f.stream);
-    return;
-  }
   gemv::launch_gemm1(a, f.tokens, p.max_active, f.stream);
   if (f.stages < 3) return;
 

@@ -7,7 +7,6 @@
 #include <cstdint>
 
 #include "kernels/gemv/gemv.hpp"
-#include "kernels/gemv/resident.hpp"
 #include "kernels/sm90/chunk_order.hpp"
 #include "mxmoe/config.hpp"
 #include "routing/routing.hpp"
@@ -30,10 +29,6 @@ struct BoundWorkspace {
   // (sm90/chunk_order.hpp). The intermediate's rows are then padded too.
   uint16_t* permuted_hidden;
   int32_t* expert_done;  // [E] GEMM1's blocks done per expert (mma::MmaArgs::expert_done) or per slot (gemv::GemvArgs::slot_done)
-  // The resident decode kernel (gemv/resident.hpp): its counters and GEMM2's split sums, up to
-  // kResidentMaxTokens tokens at any split-K.
-  int32_t* resident_counters;
-  float* resident_partials;
 };
 
 // The MX backends' MXFP8 buffers: GEMM1's input (K = H, or max(H, I) when the second expand reuses
@@ -45,8 +40,7 @@ struct MxBufferBytes {
 struct WorkspaceLayout {
   size_t expert_ids = 0, pair_weights = 0, expert_offsets = 0, active_experts = 0, active_count = 0, row_pair = 0,
          pair_row = 0, segment_counts = 0, intermediate = 0, expert_rows = 0, combine_counters = 0, mx_codes = 0,
-         mx_scales = 0, mx_codes2 = 0, mx_scales2 = 0, permuted_hidden = 0, expert_done = 0, resident_counters = 0,
-         resident_partials = 0, total = 0;
+         mx_scales = 0, mx_codes2 = 0, mx_scales2 = 0, permuted_hidden = 0, expert_done = 0, total = 0;
 
   // mx: the MX backends' MXFP8 buffers (0 otherwise); permute_hidden: room for the swap-AB tiles'
   // permuted copy of the hidden states and for the wgmma tiles' inputs (the tokens expanded to their
@@ -82,8 +76,6 @@ struct WorkspaceLayout {
     // The swap-AB tiles' copy (unpadded: the wgmma tiles' expanded input sits in expert_rows).
     permuted_hidden = take(permute_hidden ? static_cast<size_t>(tokens) * static_cast<size_t>(config.hidden) * 2 : 0);
     expert_done = take(experts * 4);
-    resident_counters = take(static_cast<size_t>(gemv::resident_counters_needed(config.hidden)) * 4);
-    resident_partials = take(gemv::resident_partial_bytes(config.hidden, tokens, config.top_k, 8));
   }
 
   BoundWorkspace bind(void* base) const {
@@ -106,8 +98,6 @@ struct WorkspaceLayout {
     w.mx_scales2 = b + mx_scales2;
     w.permuted_hidden = reinterpret_cast<uint16_t*>(b + permuted_hidden);
     w.expert_done = reinterpret_cast<int32_t*>(b + expert_done);
-    w.resident_counters = reinterpret_cast<int32_t*>(b + resident_counters);
-    w.resident_partials = reinterpret_cast<float*>(b + resident_partials);
     return w;
   }
 };

@@ -3,13 +3,11 @@
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <array>
 #include <sstream>
 
 #include "common/cuda_check.hpp"
 #include "kernels/gemv/gemv.hpp"
-#include "kernels/gemv/resident.hpp"
 #include "kernels/mma/mma_gemm.hpp"
 #include "kernels/mma/mx_gemm.hpp"
 #include "kernels/sm90/wgmma_fp8_gemm.hpp"
@@ -112,7 +110,7 @@ DeviceCaps probe_caps(int device) {
   c.bulk_copies = prop.major >= 9;
   c.block_scaled_mma = prop.major == 12;
   c.fp8_mma_sync = prop.major * 10 + prop.minor >= 89;
-  c.gemv_static_smem = std::max(gemv::static_smem_bytes(), c.bulk_copies ? gemv::resident_static_smem_bytes() : 0);
+  c.gemv_static_smem = gemv::static_smem_bytes();
   return c;
 }
 

@@ -66,7 +66,6 @@ std::string Plan::to_string() const {
       if (fused_combine) os << ", combine in gemm2";
       if (cluster_combine) os << " (a cluster of the slots)";
       if (counted) os << ", gemm2 per slot as gemm1 ends it";
-      if (resident) os << ", one kernel with gemm2's weights resident in shared memory (" << resident_blocks << " blocks)";
       break;
   }
   return os.str();

@@ -30,10 +30,6 @@ struct Plan {
   int stages = 2;
   int ksplit1 = 1, ksplit2 = 1;
   bool local_route = false, fused_combine = false, cluster_combine = false, counted = false;
-  // Gemv, routed locally with the combine fused: one persistent kernel on `resident_blocks` blocks (one
-  // per SM) holding GEMM2's weights in shared memory while GEMM1 streams (kernels/gemv/resident.hpp).
-  bool resident = false;
-  int resident_blocks = 0;
   // Mma, Wgmma and WgmmaFp8: the tile's m16 tiles (rows of one expert per block: 16 * m_tiles) and form.
   int m_tiles = 4;
   bool swap_ab = false;

@@ -18,7 +18,7 @@ std::string_view trim(std::string_view s) {
 }
 
 constexpr std::string_view kKeys =
-    "mma, wgmma, batch, ksplit, stages, counted, local_route, fused_combine, cluster_combine, resident, mx_expand";
+    "mma, wgmma, batch, ksplit, stages, counted, local_route, fused_combine, cluster_combine, mx_expand";
 
 // An integer among `valid`, else an Error naming the source, the key and the valid values.
 int int_among(std::string_view source, std::string_view key, std::string_view value, const std::vector<int>& valid) {
@@ -86,8 +86,6 @@ PlanOverride parse_plan_override(std::string_view text, std::string_view source)
       o.fused_combine_tokens = int_range(source, key, value, 0, 8);
     } else if (key == "cluster_combine") {
       o.cluster_combine = flag(source, key, value);
-    } else if (key == "resident") {
-      o.resident = flag(source, key, value);
     } else if (key == "mx_expand") {
       o.mx_expand_intermediate = flag(source, key, value);
     } else {
@@ -112,7 +110,6 @@ std::string to_string(const PlanOverride& o) {
   if (o.local_route_tokens) add("local_route", num(*o.local_route_tokens));
   if (o.fused_combine_tokens) add("fused_combine", num(*o.fused_combine_tokens));
   if (o.cluster_combine) add("cluster_combine", num(*o.cluster_combine));
-  if (o.resident) add("resident", num(*o.resident));
   if (o.mx_expand_intermediate) add("mx_expand", num(*o.mx_expand_intermediate));
   return s;
 }

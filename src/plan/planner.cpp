@@ -8,7 +8,6 @@
 #include <utility>
 
 #include "kernels/gemv/gemv.hpp"
-#include "kernels/gemv/resident.hpp"
 #include "layout/gemv_layout.hpp"
 #include "kernels/mma/mma_gemm.hpp"
 #include "kernels/mma/mx_gemm.hpp"
@@ -236,10 +235,10 @@ void Planner::choose_gemv(int64_t tokens, double rows, Plan& p) const {
   else if (in_.tune && !in_.tune->plan_for(rows).mma) p.batch_rows = in_.tune->plan_for(rows).batch_rows;
   else p.batch_rows = rows >= kWideBatchMinRows ? gemv::kWideBatchRows : 8;
   p.ksplit1 = p.ksplit2 = 1;
-  const MoeConfig& cfg = in_.config;
-  const gemv::PackedShape w1 = gemv::packed_shape(2 * int64_t{cfg.intermediate}, cfg.hidden / 32);
-  const gemv::PackedShape w2 = gemv::packed_shape(cfg.hidden, cfg.intermediate / 32);
   if (p.batch_rows == 8) {
+    const MoeConfig& cfg = in_.config;
+    const gemv::PackedShape w1 = gemv::packed_shape(2 * int64_t{cfg.intermediate}, cfg.hidden / 32);
+    const gemv::PackedShape w2 = gemv::packed_shape(cfg.hidden, cfg.intermediate / 32);
     p.ksplit1 = f.gemv_ksplit.value_or(
         choose_gemv_ksplit(in_.caps, static_cast<int>(w1.tiles), static_cast<int>(w1.chunks), p.max_active));
     p.ksplit2 = f.gemv_ksplit.value_or(
@@ -248,20 +247,6 @@ void Planner::choose_gemv(int64_t tokens, double rows, Plan& p) const {
   // GEMM2's combine through a cluster of the slots, where the device has clusters and it applies.
   p.cluster_combine = cluster_combine_ && gemv::cluster_combine_valid(p.batch_rows, p.stages, tokens, in_.config.top_k,
                                                                       p.local_route, p.fused_combine);
-  // The decode stream (one kernel, GEMM2's weights resident in shared memory) where it applies and fits.
-  if (f.resident.value_or(true) && p.local_route && p.fused_combine && p.batch_rows == 8 &&
-      p.stages == gemv::kDefaultStages && in_.caps.bulk_copies) {
-    gemv::ResidentShape s;
-    s.w1 = w1, s.w2 = w2, s.tokens = tokens, s.slots = p.max_active, s.blocks = in_.caps.sm_count;
-    s.top_k = cfg.top_k;
-    s.ksplit1 = s.ksplit2 = f.gemv_ksplit.value_or(kResidentKsplit);
-    if (gemv::resident_misfit(s, in_.caps.smem_per_block, kStaticSmemAllowance) == nullptr) {
-      p.resident = true;
-      p.resident_blocks = s.blocks;
-      p.ksplit1 = p.ksplit2 = s.ksplit1;
-      p.cluster_combine = false;
-    }
-  }
 }
 
 Plan Planner::plan(int64_t tokens) const {

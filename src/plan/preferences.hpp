@@ -27,8 +27,5 @@ inline constexpr int kDefaultLocalRouteTokens = 2;
 inline constexpr int kDefaultFusedCombineTokens = 2;
 // GEMV GEMM2 counted per slot (route and combine kernels running) up to this T.
 inline constexpr int64_t kCountedMaxTokens = 8;
-// The resident decode kernel's split-K of both GEMMs: GEMM1's tiles per SM in 4 rounds of 16 warps at most,
-// GEMM2's units small enough to balance the SMs' shared memory (kernels/gemv/resident.hpp).
-inline constexpr int kResidentKsplit = 4;
 
 }  // namespace mxmoe::plan

@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "kernels/gemv/gemv.hpp"
-#include "kernels/gemv/resident.hpp"
 #include "kernels/mma/mma_gemm.hpp"
 #include "kernels/mma/mx_gemm.hpp"
 #include "kernels/sm90/wgmma_gemm.hpp"
@@ -74,18 +73,6 @@ void expect_valid(const Plan& p, const DeviceCaps& caps, const MoeConfig& c, int
       EXPECT_LE(t * c.top_k, gemv::kClusterSlots);
     }
     if (p.counted) EXPECT_FALSE(p.local_route || p.fused_combine);
-    if (p.resident) {
-      EXPECT_TRUE(caps.bulk_copies && p.local_route && p.fused_combine && !p.cluster_combine && !p.counted);
-      EXPECT_EQ(p.batch_rows, 8);
-      EXPECT_EQ(p.stages, gemv::kDefaultStages);
-      EXPECT_EQ(p.resident_blocks, caps.sm_count);
-      gemv::ResidentShape s;
-      s.w1 = gemv::packed_shape(2 * int64_t{c.intermediate}, c.hidden / 32);
-      s.w2 = gemv::packed_shape(c.hidden, c.intermediate / 32);
-      s.tokens = t, s.slots = p.max_active, s.blocks = p.resident_blocks, s.ksplit1 = p.ksplit1, s.ksplit2 = p.ksplit2;
-      s.top_k = c.top_k;
-      EXPECT_EQ(gemv::resident_misfit(s, caps.smem_per_block, kStaticSmemAllowance), nullptr);
-    }
   }
 }
 
@@ -139,10 +126,7 @@ TEST(Planner, HopperDefaultsAreTheMeasuredRule) {
     const Planner p120(input_for(target, MoeConfig::preset("gpt-oss-120b")));
     const Plan t1 = p120.plan(1);
     EXPECT_EQ(t1.family, Family::Gemv);
-    EXPECT_TRUE(t1.local_route && t1.fused_combine && t1.resident && !t1.cluster_combine);
-    EXPECT_TRUE(t1.ksplit1 == 4 && t1.ksplit2 == 4 && t1.resident_blocks == 132);
-    const Plan t2 = p120.plan(2);  // GEMM2's weights of 8 experts do not fit 132 SMs' shared memory
-    EXPECT_TRUE(t2.local_route && t2.fused_combine && !t2.resident);
+    EXPECT_TRUE(t1.local_route && t1.fused_combine && t1.cluster_combine);
     const Plan t4 = p120.plan(4);
     EXPECT_TRUE(t4.counted && !t4.local_route && !t4.fused_combine && !t4.cluster_combine);
     EXPECT_FALSE(p120.plan(16).counted);
@@ -243,12 +227,11 @@ TEST(Planner, AMatchingTuneTableOverridesThePreferencesAndAnotherIsIgnored) {
 
 TEST(PlanOverride, StringFormRoundTripsAndErrorsListTheValidValues) {
   const PlanOverride o = parse_plan_override(" mma=wgmma128 , ksplit=2,batch=16,stages=3,counted=0,local_route=4,"
-                                             "fused_combine=8,cluster_combine=0,mx_expand=1,wgmma=1,resident=0");
+                                             "fused_combine=8,cluster_combine=0,mx_expand=1,wgmma=1");
   ASSERT_TRUE(o.mma_tile.has_value());
   EXPECT_EQ(o.mma_tile->rows, 128);
   EXPECT_EQ(o.mma_tile->form, MmaForm::Wgmma);
   EXPECT_EQ(*o.gemv_ksplit, 2);
-  EXPECT_EQ(o.resident, false);
   EXPECT_EQ(parse_plan_override(to_string(o)), o);
   EXPECT_TRUE(parse_plan_override("").empty());
   test::expect_error_naming([] { parse_plan_override("ksplit=3", "MXMOE_PLAN"); }, "ksplit takes one of 1, 2, 4, 8");

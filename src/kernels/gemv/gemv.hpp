@@ -9,8 +9,6 @@
 #include <cstdint>
 
 #include "kernels/common/grouped_args.hpp"
-#include "layout/gemv_layout.hpp"
-#include "mxmoe/host_device.hpp"
 
 namespace mxmoe::gemv {
 
@@ -65,11 +63,6 @@ inline constexpr int kClusterSlots = 4;
 bool cluster_combine_valid(int batch_rows, int stages, int64_t tokens, int top_k, bool local_route, bool fused_combine);
 // GEMM2's column groups, at most: the size of the combine counters.
 inline int combine_counters_needed(int hidden) { return (hidden + 15) / 16; }
-
-// A warp's weight ring (gemv_block.cuh): stages of kStageChunks chunk records, one bulk copy each.
-inline constexpr int kStageChunks = 2;
-inline constexpr int kStageBytes = kStageChunks * kChunkBytes;
-MXMOE_HOST_DEVICE constexpr int warp_ring_bytes(int stages) { return stages * kStageBytes; }
 
 // Dynamic shared memory one block needs for K (8 activation rows, permuted and padded, and the
 // weight rings of `stages` stages).

@@ -32,6 +32,9 @@ __host__ __device__ constexpr int min_blocks_for(int nb) {
   return nb == 1 ? 3 : 1;
 #endif
 }
+inline constexpr int kStageChunks = 2;  // chunks per pipeline stage (one bulk copy of 2 KiB + 128 B)
+inline constexpr int kStageBytes = kStageChunks * kChunkBytes;
+__host__ __device__ constexpr int warp_ring_bytes(int stages) { return stages * kStageBytes; }
 
 // Activation rows [first_row, first_row + rows) of the expert into shared memory, each group of 8
 // elements permuted to the decode pair order (3,7,2,6,1,5,0,4) and each chunk's groups ordered

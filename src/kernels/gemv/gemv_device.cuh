@@ -12,6 +12,13 @@
 
 namespace mxmoe::gemv {
 
+// Bytes of one staged activation row: 128-byte aligned plus 64, so the 8 rows read by one
+// quarter-warp land in different banks.
+__host__ __device__ constexpr int act_row_stride(int chunks) { return chunks * kChunkK * 2 + 64; }
+__host__ __device__ constexpr int act_bytes(int chunks, int rows_cap) {
+  return (rows_cap * act_row_stride(chunks) + 127) / 128 * 128;
+}
+
 // The staged activation layout: each group of 8 elements (16 bytes) permuted to the decode pair
 // order (3,7,2,6,1,5,0,4), and each chunk's groups ordered (word, block), as mma_chunk reads them.
 // Groups past K are zeroed (they meet zero weights; garbage there could be NaN). kCoherent: the row
