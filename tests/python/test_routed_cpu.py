@@ -242,7 +242,8 @@ def test_first_call_inside_torch_compile(tmp_path):
     cfg = mxmoe.MoeConfig.preset("tiny")
     mxmoe.write_random_checkpoint(str(tmp_path), cfg, 1, 3)
     config, w = mxmoe.load_gpt_oss(str(tmp_path), layer=0)
-    layer = mxmoe.MoeLayer(config, {k: torch.from_numpy(np.asarray(v)) for k, v in w.items()}, max_tokens=8)
+    layer = mxmoe.MoeLayer(config, {k: torch.from_numpy(np.asarray(v)) for k, v in w.items()}, max_tokens=8,
+                           backend="reference")  # CPU tensors, on a machine with a GPU too
     x = torch.randn(5, config.hidden).to(torch.bfloat16)
     ids = torch.tensor([[0, 1], [2, 3], [4, 5], [6, 7], [1, 0]], dtype=torch.int64)
     p = torch.full((5, 2), 0.5)
