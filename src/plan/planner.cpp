@@ -210,15 +210,19 @@ void Planner::choose_tile(double rows, Plan& p) const {
   set(pick->family, pick->m_tiles, pick->swap_ab);
 }
 
-// The W4A8 tiles at every T (the precision fixes the numerics, not the batch): the bf16 wgmma tiles'
-// thresholds (preferences.cpp), the narrowest tile below them. Not timed per tile yet.
+// The W4A8 tiles at every T (the precision fixes the numerics, not the batch): the bf16 wgmma rows of
+// the preference table (preferences.cpp), the narrowest one below them. A forced sweep on an H200 found
+// them the fastest W4A8 tile at each T (docs/fp8.md).
 void Planner::choose_fp8_tile(double rows, Plan& p) const {
   p.family = Family::WgmmaFp8;
   if (const auto& forced = in_.force.mma_tile) {  // checked at construction: an fp8 tile this build has
     p.m_tiles = forced->rows / 16;
     return;
   }
-  const int tile = rows >= 60 ? 128 : rows >= 24 ? 64 : 32;
+  const TilePreference* pick = nullptr;
+  for (const TilePreference& row : tile_preferences(true))
+    if (row.family == Family::Wgmma && (pick == nullptr || rows >= row.min_rows)) pick = &row;
+  const int tile = 16 * pick->m_tiles;
   p.m_tiles = (kernels::tile_built(kernels::TileFamily::WgmmaFp8, tile) ? tile : 32) / 16;
 }
 

@@ -302,6 +302,12 @@ TEST(Planner, Fp8PlansTheW4a8TilesOnHopperAndIsRefusedWhereTheyCannotRun) {
     EXPECT_EQ(fp8.plan(1).m_tiles, 2);
     EXPECT_EQ(fp8.plan(1024).m_tiles, 4);  // 32 rows per expert
     EXPECT_EQ(fp8.plan(4096).m_tiles, 8);
+    // Where bf16 runs a wgmma tile, fp8 runs the W4A8 tile of the same height (the same table rows).
+    const Planner bf16_auto(input_for(target, c));
+    for (const int64_t t : {448, 767, 768, 1919, 1920, 4096}) {
+      ASSERT_EQ(bf16_auto.plan(t).family, Family::Wgmma) << "T = " << t;
+      EXPECT_EQ(fp8.plan(t).m_tiles, bf16_auto.plan(t).m_tiles) << target << " T = " << t;
+    }
     EXPECT_EQ(Planner(input_for(target, c)).plan(1).family, Family::Gemv) << "bf16 stays the default";
     // Forced through mma=: an fp8 tile at fp8 only, a W4A16 tile at bf16 only.
     PlannerInput forced = in;
