@@ -16,8 +16,10 @@ struct HostBytes {
 };
 
 // Checkpoint blocks [experts, rows, k/32, 16] and scales [experts, rows, k/32] in the GEMV layout
-// (gemv_layout.hpp), experts shape.bytes() apart. `threads`: parallel_for's (0: every core).
+// (gemv_layout.hpp), experts shape.bytes() apart. `fp8_exponents` ([experts][rows], or empty): a W4A8
+// layer's records (gemv::pack_expert). `threads`: parallel_for's (0: every core).
 HostBytes pack_gemv_experts(std::span<const uint8_t> blocks, std::span<const uint8_t> scales, int experts,
-                            const gemv::PackedShape& shape, bool swiglu_pairs, unsigned threads = 0);
+                            const gemv::PackedShape& shape, bool swiglu_pairs, unsigned threads = 0,
+                            std::span<const int8_t> fp8_exponents = {});
 
 }  // namespace mxmoe

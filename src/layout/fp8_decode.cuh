@@ -1,16 +1,17 @@
 #pragma once
-// e2m1 (the GEMV layout's packed words, mx_decode.cuh) -> e4m3 in registers, for the FP8 (W4A8) wgmma
-// tiles (docs/fp8.md, reference/fp8_model.hpp). An element m of a block with scale exponent x, in a row
-// with exponent c, becomes the e4m3 byte of m x 2^d, d = x - c (<= 6 by the choice of c): the 8
-// magnitudes at d form an 8-byte table (two registers), looked up by `prmt` with each element's 3
-// magnitude bits, and the sign bit ORed in.
+// e2m1 -> e4m3 in registers, for the FP8 (W4A8) wgmma tiles (docs/fp8.md, reference/fp8_model.hpp). An
+// element m of a block with scale exponent x, in a row with exponent c, becomes the e4m3 byte of m x 2^d,
+// d = x - c (<= 6 by the choice of c): the 8 magnitudes at d form an 8-byte table (two registers), looked
+// up by `prmt` with each element's 3 magnitude bits, and the sign bit ORed in.
 //
-// The packed word holds, at 3-bit spacing, the magnitude fields of elements 0, 3, 1, 2 from bit 3 (element
-// 0's top bit e1 sits at bit 0) and of elements 4, 7, 5, 6 from bit 19 (e1 at bit 16): four shifts spread
-// them to the nibbles of two prmt selectors. Their sign bits sit at 1, 15, 18, 21 (and 16 higher, mod 32):
-// one multiply (whose copies never meet a target bit with a carry) moves them to bits 7, 15, 23, 31. So a
-// word decodes to two registers, bytes [e0, e3, e1, e2] and [e4, e7, e5, e6] (fp8_chunk_order.hpp orders
-// the activations to match).
+// A W4A8 layer's records (gemv_layout.hpp, pack_expert with row exponents) are made for this decode:
+// - each weight word holds, in nibble i, the magnitude of element kFp8NibbleElement[i] in bits 0-2 and a
+//   sign in bit 3: those of elements 0, 3, 1, 2 in the odd nibbles (bits 7, 15, 23, 31), those of 4, 7,
+//   5, 6 in the even ones. So a word decodes in 7 instructions to two registers, bytes [e0, e3, e1, e2]
+//   and [e4, e7, e5, e6] (fp8_chunk_order.hpp orders the activations to match): one mask makes both
+//   prmt selectors, and the signs are in place (or 4 bits below it) already.
+// - each scale byte holds the block's shift code 8d (fp8_shift_code), so a lane's table is two
+//   multiply-adds.
 //
 // Tables: d >= -5 is the d = 0 table with 8d added to each nonzero byte's exponent field (exact, no carry
 // between bytes); d < -5 rounds to e4m3 subnormals (or zero) as float_to_e4m3 does, through the
@@ -76,17 +77,29 @@ inline
   return t;
 }
 
-// The table of scale byte `scale` in a row of exponent c.
-MXMOE_FP8_HD Fp8Table fp8_table(uint32_t scale, int c) {
-  if (scale == 0xFFu) return {kFp8NanTable, kFp8NanTable};
-  // Past K the records' padding blocks (zero weights, scale 127) may lie above the row's largest: their
-  // zero codes read byte 0, which no shift touches, and the clamp keeps every byte below NaN.
+// A block's shift code: 8d, d = min(x - c, kFp8MaxShift) (x: its scale's exponent, c: its row's), d
+// held at -16 (every magnitude rounds to zero from d = -13); kFp8NanCode for a NaN scale. Past K the
+// padding blocks (zero weights) above the row's largest are held at kFp8MaxShift too: their zero codes
+// read byte 0, which no table changes.
+inline constexpr int kFp8NanCode = 127;
+MXMOE_FP8_HD int fp8_shift_code(uint32_t scale, int c) {
+  if (scale == 0xFFu) return kFp8NanCode;
   int d = static_cast<int>(scale) - 127 - c;
   d = d < kFp8MaxShift ? d : kFp8MaxShift;
-  if (d < kFp8FastMinShift) return fp8_slow_table(d);
-  const uint32_t step = static_cast<uint32_t>(8 * d);
+  d = d > -16 ? d : -16;
+  return 8 * d;
+}
+
+// The table of a block's shift code.
+MXMOE_FP8_HD Fp8Table fp8_code_table(int code) {
+  if (code == kFp8NanCode) return {kFp8NanTable, kFp8NanTable};
+  if (code < 8 * kFp8FastMinShift) return fp8_slow_table(code / 8);
+  const auto step = static_cast<uint32_t>(code);
   return {kFp8Table0 + step * 0x01010100u, kFp8Table1 + step * 0x01010101u};
 }
+
+// The table of scale byte `scale` in a row of exponent c.
+MXMOE_FP8_HD Fp8Table fp8_table(uint32_t scale, int c) { return fp8_code_table(fp8_shift_code(scale, c)); }
 
 MXMOE_FP8_HD uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t selector) {
 #if defined(__CUDA_ARCH__)
@@ -99,20 +112,26 @@ MXMOE_FP8_HD uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t selector) {
 #endif
 }
 
-// Sign bits 1, 15, 18, 21 of a packed word (elements 0, 3, 1, 2) -> bits 7, 15, 23, 31.
-MXMOE_FP8_HD uint32_t fp8_signs(uint32_t p) {
-  constexpr uint32_t kSigns = (1u << 1) | (1u << 15) | (1u << 18) | (1u << 21);
-  constexpr uint32_t kMove = (1u << 6) | 1u | (1u << 5) | (1u << 10);
-  return ((p & kSigns) * kMove) & 0x80808080u;
+// The element whose magnitude nibble i of a W4A8 word holds, and the nibble holding each element's sign.
+inline constexpr int kFp8NibbleElement[8] = {0, 3, 1, 2, 4, 7, 5, 6};
+inline constexpr int kFp8SignNibble[8] = {1, 5, 7, 3, 0, 4, 6, 2};
+
+// Natural word (element i in bits 4i..4i+3) -> a W4A8 layer's word (upload, host).
+MXMOE_FP8_HD uint32_t pack_e2m1x8_fp8(uint32_t q) {
+  uint32_t out = 0;
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t code = (q >> (4 * kFp8NibbleElement[i])) & 0xFu;
+    out |= (code & 7u) << (4 * i);
+    out |= (code >> 3) << (4 * kFp8SignNibble[kFp8NibbleElement[i]] + 3);
+  }
+  return out;
 }
 
-// One packed weight word -> its 8 elements as e4m3 bytes: a = [e0, e3, e1, e2], b = [e4, e7, e5, e6].
+// One W4A8 word -> its 8 elements as e4m3 bytes: a = [e0, e3, e1, e2], b = [e4, e7, e5, e6].
 MXMOE_FP8_HD void decode_e2m1x8_e4m3(uint32_t p, Fp8Table t, uint32_t& a, uint32_t& b) {
-  const uint32_t sel = ((p >> 3) & 0x00030003u) | ((p << 2) & 0x00040004u) | ((p >> 2) & 0x00700070u) |
-                       ((p >> 1) & 0x07000700u) | (p & 0x70007000u);
-  const uint32_t rotated = (p << 16) | (p >> 16);
-  a = byte_perm(t.lo, t.hi, sel) | fp8_signs(p);
-  b = byte_perm(t.lo, t.hi, sel >> 16) | fp8_signs(rotated);
+  const uint32_t magnitudes = p & 0x77777777u;
+  a = byte_perm(t.lo, t.hi, magnitudes) | (p & 0x80808080u);
+  b = byte_perm(t.lo, t.hi, magnitudes >> 16) | ((p << 4) & 0x80808080u);
 }
 
 }  // namespace mxmoe::kernels

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "layout/fp8_decode.cuh"
 #include "layout/mx_decode.cuh"
 #include "mxmoe/error.hpp"
 
@@ -41,21 +42,35 @@ int64_t packed_scale_offset(const PackedShape& shape, int64_t tile, int local_ro
 }
 
 void pack_expert(const uint8_t* blocks, const uint8_t* scales, const PackedShape& shape, bool swiglu_pairs,
-                 uint8_t* packed) {
-  // Padding blocks: zero weights, scale 127 (1.0).
+                 uint8_t* packed, const int8_t* fp8_exponents) {
+  // Padding blocks: zero weights, scale 127 (1.0); shift code 0 in a W4A8 record (any table decodes
+  // their zero codes to zero).
   for (int64_t r = 0; r < shape.tiles * shape.chunks; ++r) {
-    std::memset(packed + r * kChunkBytes, 127, kChunkScaleBytes);
+    std::memset(packed + r * kChunkBytes, fp8_exponents != nullptr ? 0 : 127, kChunkScaleBytes);
     std::memset(packed + r * kChunkBytes + kChunkScaleBytes, 0, kChunkWeightBytes);
   }
   for (int64_t tile = 0; tile < shape.tiles; ++tile)
     for (int local_row = 0; local_row < kTileRows; ++local_row) {
       const int64_t row = source_row(tile, local_row, swiglu_pairs);
       for (int64_t block = 0; block < shape.kblocks; ++block) {
-        std::memcpy(packed + packed_weight_offset(shape, tile, local_row, block),
-                    blocks + (row * shape.kblocks + block) * 16, 16);
-        packed[packed_scale_offset(shape, tile, local_row, block)] = scales[row * shape.kblocks + block];
+        uint8_t* words = packed + packed_weight_offset(shape, tile, local_row, block);
+        std::memcpy(words, blocks + (row * shape.kblocks + block) * 16, 16);
+        const uint8_t scale = scales[row * shape.kblocks + block];
+        uint8_t& stored = packed[packed_scale_offset(shape, tile, local_row, block)];
+        if (fp8_exponents == nullptr) {
+          stored = scale;
+          continue;
+        }
+        stored = static_cast<uint8_t>(static_cast<int8_t>(kernels::fp8_shift_code(scale, fp8_exponents[row])));
+        for (int w = 0; w < 4; ++w) {
+          uint32_t word;
+          std::memcpy(&word, words + 4 * w, 4);
+          word = kernels::pack_e2m1x8_fp8(word);
+          std::memcpy(words + 4 * w, &word, 4);
+        }
       }
     }
+  if (fp8_exponents != nullptr) return;
   // Every weight word into the kernels' scattered bit order (mx_decode.cuh).
   for (int64_t r = 0; r < shape.tiles * shape.chunks; ++r)
     kernels::pack_e2m1_words(packed + r * kChunkBytes + kChunkScaleBytes, kChunkWeightBytes / 4);

@@ -17,7 +17,8 @@
 // features 8*tile .. 8*tile+7: each lane then holds a (gate, linear) pair for the SwiGLU epilogue.
 // Blocks past K are zero weights with scale 127 (1.0). Last, every 32-bit weight word is stored in the
 // bit order of pack_e2m1x8 (mx_decode.cuh), which the kernels decode in half the instructions; the
-// offsets below address the words before that scatter.
+// offsets below address the words before that scatter. A W4A8 layer's records (the FP8 wgmma tiles,
+// fp8_decode.cuh) have their own bit order and shift codes in place of the scales (pack_expert).
 #include <cstdint>
 
 #include "mxmoe/host_device.hpp"
@@ -67,9 +68,11 @@ int64_t packed_weight_offset(const PackedShape& shape, int64_t tile, int local_r
 int64_t packed_scale_offset(const PackedShape& shape, int64_t tile, int local_row, int64_t block);
 
 // One expert: blocks [rows, kblocks, 16] and scales [rows, kblocks] (checkpoint layout) into
-// packed [shape.bytes()].
+// packed [shape.bytes()]. With `fp8_exponents` (the expert's row exponents, checkpoint row order:
+// fp8_row_exponents.hpp) the records are a W4A8 layer's (fp8_decode.cuh): each word in the fp8 bit
+// order instead of pack_e2m1x8's, each scale byte the block's shift code (padding blocks: 0).
 void pack_expert(const uint8_t* blocks, const uint8_t* scales, const PackedShape& shape, bool swiglu_pairs,
-                 uint8_t* packed);
+                 uint8_t* packed, const int8_t* fp8_exponents = nullptr);
 
 // Whether any scale byte needs the GEMV kernel's general multiplier path (above 128, or 0xFF = NaN).
 bool needs_wide_scales(const uint8_t* scales, int64_t count);

@@ -10,27 +10,28 @@ namespace mxmoe {
 namespace {
 
 PackedMatrix upload(std::span<const uint8_t> blocks, std::span<const uint8_t> scales, std::span<const uint16_t> bias,
-                    int experts, int64_t rows, int64_t k, bool swiglu_pairs, bool fp8_exponents) {
+                    int experts, int64_t rows, int64_t k, bool swiglu_pairs, bool w4a8) {
   PackedMatrix m;
   m.shape = gemv::packed_shape(rows, k / 32);
   m.wide_scales = gemv::needs_wide_scales(scales.data(), static_cast<int64_t>(scales.size()));
-  const HostBytes packed = pack_gemv_experts(blocks, scales, experts, m.shape, swiglu_pairs);
-  m.packed = DeviceBuffer(packed.data.get(), packed.size);
-  if (!bias.empty()) m.bias = DeviceBuffer(bias.data(), bias.size_bytes());
-  if (fp8_exponents) {
-    std::vector<int8_t> exponents(static_cast<size_t>(experts * rows));
+  std::vector<int8_t> exponents;
+  if (w4a8) {
+    exponents.resize(static_cast<size_t>(experts * rows));
     layout::fp8_row_exponents(scales.data(), experts, rows, k / 32, exponents.data());
     m.row_exponents = DeviceBuffer(exponents.data(), exponents.size());
   }
+  const HostBytes packed = pack_gemv_experts(blocks, scales, experts, m.shape, swiglu_pairs, 0, exponents);
+  m.packed = DeviceBuffer(packed.data.get(), packed.size);
+  if (!bias.empty()) m.bias = DeviceBuffer(bias.data(), bias.size_bytes());
   return m;
 }
 
 }  // namespace
 
-GpuLayer::GpuLayer(const MoeConfig& c, const MoeWeights& weights, bool fp8_exponents) : config(c) {
+GpuLayer::GpuLayer(const MoeConfig& c, const MoeWeights& weights, bool w4a8) : config(c) {
   const int64_t h = c.hidden, i = c.intermediate;
-  w1 = upload(weights.w1_blocks, weights.w1_scales, weights.w1_bias, c.num_experts, 2 * i, h, true, fp8_exponents);
-  w2 = upload(weights.w2_blocks, weights.w2_scales, weights.w2_bias, c.num_experts, h, i, false, fp8_exponents);
+  w1 = upload(weights.w1_blocks, weights.w1_scales, weights.w1_bias, c.num_experts, 2 * i, h, true, w4a8);
+  w2 = upload(weights.w2_blocks, weights.w2_scales, weights.w2_bias, c.num_experts, h, i, false, w4a8);
 }
 
 void GpuLayer::bind_weights(kernels::GroupedWeights& a, bool gemm1) const {

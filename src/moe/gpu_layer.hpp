@@ -19,7 +19,7 @@
 
 namespace mxmoe {
 
-// One GEMM's weights in the GEMV layout on the device.
+// One GEMM's weights in the GEMV layout on the device (a W4A8 layer's records: its own variant of it).
 struct PackedMatrix {
   gemv::PackedShape shape;
   DeviceBuffer packed, bias;
@@ -33,8 +33,9 @@ struct GpuLayer {
   MoeConfig config;
   PackedMatrix w1, w2;
 
-  // fp8_exponents: also the W4A8 tiles' row exponents (Precision::Fp8 on Hopper).
-  GpuLayer(const MoeConfig& config, const MoeWeights& weights, bool fp8_exponents = false);
+  // w4a8: the W4A8 tiles' records (gemv::pack_expert with row exponents) and row exponents
+  // (Precision::Fp8 on Hopper); no other family reads such a layer.
+  GpuLayer(const MoeConfig& config, const MoeWeights& weights, bool w4a8 = false);
   // One GEMM's weights (gemm1: W1, N = 2I, K = H; else W2, N = H, K = I).
   void bind_weights(kernels::GroupedWeights& a, bool gemm1) const;
   // The forward's routing and the SwiGLU constants.

@@ -12,6 +12,7 @@
 
 #include "layout/gemv_layout.hpp"
 #include "layout/expert_packing.hpp"
+#include "layout/fp8_row_exponents.hpp"
 #include "common/parallel_for.hpp"
 #include "mxmoe/error.hpp"
 #include "test_support.hpp"
@@ -70,14 +71,20 @@ TEST(ExpertPacking, ParallelGemvLayoutEqualsEachExpertPackedAlone) {
     const Checkpoint c = random_checkpoint(experts, rows, kblocks, seed + rows);
     const gemv::PackedShape shape = gemv::packed_shape(rows, kblocks);
     const auto expert_bytes = static_cast<size_t>(shape.bytes());
-    std::vector<uint8_t> want(expert_bytes * experts, 0x5A);
-    for (int e = 0; e < experts; ++e)
-      gemv::pack_expert(c.blocks.data() + e * rows * kblocks * 16, c.scales.data() + e * rows * kblocks, shape, swiglu,
-                        want.data() + e * expert_bytes);
-    for (const unsigned threads : {1u, 3u, 0u}) {
-      const HostBytes got = pack_gemv_experts(c.blocks, c.scales, experts, shape, swiglu, threads);
-      ASSERT_EQ(got.size, want.size());
-      EXPECT_TRUE(std::equal(want.begin(), want.end(), got.data.get())) << "threads " << threads;
+    // And a W4A8 layer's records, each expert with its own row exponents.
+    std::vector<int8_t> exponents(static_cast<size_t>(experts * rows));
+    layout::fp8_row_exponents(c.scales.data(), experts, rows, kblocks, exponents.data());
+    for (const bool w4a8 : {false, true}) {
+      std::vector<uint8_t> want(expert_bytes * experts, 0x5A);
+      for (int e = 0; e < experts; ++e)
+        gemv::pack_expert(c.blocks.data() + e * rows * kblocks * 16, c.scales.data() + e * rows * kblocks, shape, swiglu,
+                          want.data() + e * expert_bytes, w4a8 ? exponents.data() + e * rows : nullptr);
+      for (const unsigned threads : {1u, 3u, 0u}) {
+        const HostBytes got = pack_gemv_experts(c.blocks, c.scales, experts, shape, swiglu, threads,
+                                                w4a8 ? std::span<const int8_t>(exponents) : std::span<const int8_t>());
+        ASSERT_EQ(got.size, want.size());
+        EXPECT_TRUE(std::equal(want.begin(), want.end(), got.data.get())) << "threads " << threads << ", w4a8 " << w4a8;
+      }
     }
   }
 }
@@ -98,6 +105,17 @@ TEST(ExpertPacking, WrongSizesAreErrorsNamingTheTensor) {
       Error);
   EXPECT_THROW(pack_gemv_experts(c.blocks, c.scales, 3, shape, false), Error);  // 3 experts' worth expected
   EXPECT_THROW(pack_gemv_experts(c.blocks, c.scales, 0, shape, false), Error);
+  const std::vector<int8_t> one_expert_exponents(16);  // 2 experts' rows expected
+  EXPECT_THROW(
+      {
+        try {
+          pack_gemv_experts(c.blocks, c.scales, 2, shape, false, 0, one_expert_exponents);
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("fp8_exponents"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      Error);
 }
 
 }  // namespace

@@ -68,7 +68,7 @@ TEST(Fp8Decode, MatchesTheModelsE4m3WeightsBitForBit) {
   for (int i = 0; i < 200; ++i) words.push_back(static_cast<uint32_t>(rng()));
   int checked_slow = 0;
   for (const uint32_t natural : words) {
-    const uint32_t packed = kernels::pack_e2m1x8(natural);
+    const uint32_t packed = kernels::pack_e2m1x8_fp8(natural);
     for (int scale = 0; scale < 256; ++scale)
       for (int d = -30; d <= kernels::kFp8MaxShift; ++d) {
         const int x = scale - 127, c = x - d;
@@ -116,9 +116,9 @@ TEST(Fp8DataPath, TheFragmentsMeetTheActivationsAsTheModelSays) {
         for (int b = 0; b < kb; ++b) scales[r * kb + b] = static_cast<uint8_t>(118 + rng() % 8 - (r == 5 && b % 3 == 0) * 17);
       const gemv::PackedShape shape = gemv::packed_shape(n, kb);
       std::vector<uint8_t> packed(static_cast<size_t>(shape.bytes()));
-      gemv::pack_expert(blocks.data(), scales.data(), shape, swiglu_pairs, packed.data());
       std::vector<int8_t> exponents(n);
       layout::fp8_row_exponents(scales.data(), 1, n, kb, exponents.data());
+      gemv::pack_expert(blocks.data(), scales.data(), shape, swiglu_pairs, packed.data(), exponents.data());
       // The model's weights (checkpoint rows) and activations (e4m3 values), and the staged bytes.
       std::vector<double> w(n * k), x(act_rows * k);
       for (int r = 0; r < n; ++r) {
@@ -146,11 +146,10 @@ TEST(Fp8DataPath, TheFragmentsMeetTheActivationsAsTheModelSays) {
             const int g = lane / 4, t = lane % 4;
             uint32_t regs[2][2];  // [row g, g+8][a, b]
             for (int h = 0; h < 2; ++h) {
-              const int ckpt = static_cast<int>(gemv::source_row(0, g + 8 * h, swiglu_pairs));
-              const uint8_t scale = record[gemv::lane_scale_offset(lane) + h];
+              const auto code = static_cast<int8_t>(record[gemv::lane_scale_offset(lane) + h]);
               uint32_t word;
               std::memcpy(&word, record + gemv::lane_data_offset(lane) + h * gemv::kRecordHalfBytes + 4 * s, 4);
-              kernels::decode_e2m1x8_e4m3(word, kernels::fp8_table(scale, exponents[ckpt]), regs[h][0], regs[h][1]);
+              kernels::decode_e2m1x8_e4m3(word, kernels::fp8_code_table(code), regs[h][0], regs[h][1]);
             }
             for (int j = 0; j < 4; ++j) {
               a_frag[g][4 * t + j] = (regs[0][0] >> (8 * j)) & 0xFF;          // a0
@@ -177,6 +176,55 @@ TEST(Fp8DataPath, TheFragmentsMeetTheActivationsAsTheModelSays) {
         }
       }
     }
+}
+
+// A W4A8 layer's records: every block's scale byte is its shift code at its row's exponent and its words
+// are the checkpoint's in the fp8 bit order; the padding blocks past K hold code 0 and zero words.
+TEST(Fp8Records, HoldShiftCodesAndFp8Words) {
+  std::mt19937_64 rng(test::fresh_seed());
+  for (const bool swiglu_pairs : {false, true}) {
+    const int n = 32, kb = 11;  // K = 352: the last chunk holds 3 blocks
+    std::vector<uint8_t> blocks(n * kb * 16), scales(n * kb);
+    for (auto& b : blocks) b = static_cast<uint8_t>(rng());
+    for (auto& s : scales) s = static_cast<uint8_t>(100 + rng() % 30);
+    scales[3] = kE8m0Nan;
+    scales[5 * kb + 2] = 40;  // far below its row's largest: the slow tables
+    const gemv::PackedShape shape = gemv::packed_shape(n, kb);
+    std::vector<uint8_t> packed(static_cast<size_t>(shape.bytes()), 0x5A);
+    std::vector<int8_t> exponents(n);
+    layout::fp8_row_exponents(scales.data(), 1, n, kb, exponents.data());
+    gemv::pack_expert(blocks.data(), scales.data(), shape, swiglu_pairs, packed.data(), exponents.data());
+    for (int64_t tile = 0; tile < shape.tiles; ++tile)
+      for (int local = 0; local < gemv::kTileRows; ++local) {
+        const int64_t row = gemv::source_row(tile, local, swiglu_pairs);
+        for (int64_t b = 0; b < shape.chunks * gemv::kChunkBlocks; ++b) {
+          const auto code = static_cast<int8_t>(packed[gemv::packed_scale_offset(shape, tile, local, b)]);
+          const uint8_t* words = packed.data() + gemv::packed_weight_offset(shape, tile, local, b);
+          for (int w = 0; w < 4; ++w) {
+            uint32_t got, natural = 0;
+            std::memcpy(&got, words + 4 * w, 4);
+            if (b < kb) std::memcpy(&natural, blocks.data() + (row * kb + b) * 16 + 4 * w, 4);
+            ASSERT_EQ(got, kernels::pack_e2m1x8_fp8(natural)) << "row " << row << ", block " << b << ", word " << w;
+          }
+          const int want = b < kb ? kernels::fp8_shift_code(scales[row * kb + b], exponents[row]) : 0;
+          ASSERT_EQ(code, want) << "row " << row << ", block " << b;
+        }
+      }
+    EXPECT_EQ(static_cast<int8_t>(packed[gemv::packed_scale_offset(shape, 0, 0, 3)]),
+              kernels::kFp8NanCode);
+  }
+}
+
+// Every magnitude and sign of a word reaches its byte: the fp8 bit order's nibbles and sign bits are a
+// permutation of the natural word's 32 bits.
+TEST(Fp8Records, TheWordOrderIsABitPermutation) {
+  std::set<uint32_t> images;
+  for (int bit = 0; bit < 32; ++bit) {
+    const uint32_t image = kernels::pack_e2m1x8_fp8(1u << bit);
+    ASSERT_EQ(__builtin_popcount(image), 1) << "bit " << bit;
+    images.insert(image);
+  }
+  EXPECT_EQ(images.size(), 32u);
 }
 
 TEST(Fp8RowExponents, AreTheModelsRowExponentsClampedToInt8) {

@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <numeric>
 #include <thread>
 
@@ -41,7 +42,18 @@ struct Fp8Case {
   int64_t tokens;
   int k, n, experts, top_k;
   int used_experts;  // tokens pick among the first used_experts (the rest get no rows)
+  bool every_width = false;  // instead: top_k 1, expert e takes kWidthCounts[e] rows (tokens, experts: theirs)
 };
+
+// Rows per expert that put an m-tile of each narrower wgmma path of every tile (and of the full width)
+// at and past its boundary: 8 .. 64 in steps of 8, 96 and 128, each also plus one.
+constexpr int kWidthCounts[] = {1, 8, 9, 16, 17, 24, 25, 32, 33, 40, 41, 48, 49, 56, 57, 64, 65, 96, 97, 128, 129, 0};
+constexpr int kWidthExperts = static_cast<int>(std::size(kWidthCounts));
+constexpr int64_t width_tokens() {
+  int64_t sum = 0;
+  for (const int c : kWidthCounts) sum += c;
+  return sum;
+}
 
 // One GEMM's random MXFP4 weights in checkpoint order, their exact values and the e4m3 view.
 struct Weights {
@@ -82,7 +94,7 @@ Weights random_weights(int experts, int n, int k, std::mt19937_64& rng) {
   return m;
 }
 
-// The weights on the device: packed (gemv_layout.hpp) and their row exponents.
+// The weights on the device: a W4A8 layer's records (gemv_layout.hpp) and their row exponents.
 struct DeviceWeights {
   DeviceBuffer packed, exponents, bias;
   gemv::PackedShape shape;
@@ -93,11 +105,11 @@ DeviceWeights upload(const Weights& m, bool gemm1) {
   d.shape = gemv::packed_shape(m.n, m.k / 32);
   std::vector<uint8_t> packed(static_cast<size_t>(d.shape.bytes() * m.experts));
   const size_t blocks_per_expert = static_cast<size_t>(m.n) * (m.k / 32);
-  for (int e = 0; e < m.experts; ++e)
-    gemv::pack_expert(m.blocks.data() + e * blocks_per_expert * 16, m.scales.data() + e * blocks_per_expert, d.shape,
-                      gemm1, packed.data() + e * d.shape.bytes());
   std::vector<int8_t> exponents(static_cast<size_t>(m.experts) * m.n);
   layout::fp8_row_exponents(m.scales.data(), m.experts, m.n, m.k / 32, exponents.data());
+  for (int e = 0; e < m.experts; ++e)
+    gemv::pack_expert(m.blocks.data() + e * blocks_per_expert * 16, m.scales.data() + e * blocks_per_expert, d.shape,
+                      gemm1, packed.data() + e * d.shape.bytes(), exponents.data() + e * m.n);
   d.packed = to_device(packed);
   d.exponents = to_device(exponents);
   d.bias = to_device(m.bias);
@@ -128,6 +140,27 @@ Routing random_routing(int64_t tokens, int experts, int top_k, int used, std::mt
   for (int32_t p = 0; p < static_cast<int32_t>(pair_expert.size()); ++p) r.row_pair[fill[pair_expert[p]]++] = p;
   for (int e = 0; e < experts; ++e)
     if (r.expert_offsets[e + 1] > r.expert_offsets[e]) r.active.push_back(e);
+  r.active_count = static_cast<int32_t>(r.active.size());
+  std::uniform_real_distribution<float> weight(0.05f, 1.f);
+  r.pair_weights.resize(pair_expert.size());
+  for (auto& w : r.pair_weights) w = weight(rng);
+  return r;
+}
+
+// kWidthCounts's routing: top_k 1, token t to the expert whose range holds it, shuffled token order.
+Routing width_routing(std::mt19937_64& rng) {
+  std::vector<int32_t> pair_expert;
+  for (int e = 0; e < kWidthExperts; ++e) pair_expert.insert(pair_expert.end(), kWidthCounts[e], e);
+  std::shuffle(pair_expert.begin(), pair_expert.end(), rng);
+  Routing r;
+  r.expert_offsets.assign(kWidthExperts + 1, 0);
+  for (const int32_t e : pair_expert) ++r.expert_offsets[e + 1];
+  for (int e = 0; e < kWidthExperts; ++e) r.expert_offsets[e + 1] += r.expert_offsets[e];
+  r.row_pair.resize(pair_expert.size());
+  std::vector<int32_t> fill(r.expert_offsets.begin(), r.expert_offsets.end() - 1);
+  for (int32_t p = 0; p < static_cast<int32_t>(pair_expert.size()); ++p) r.row_pair[fill[pair_expert[p]]++] = p;
+  for (int e = 0; e < kWidthExperts; ++e)
+    if (kWidthCounts[e] > 0) r.active.push_back(e);
   r.active_count = static_cast<int32_t>(r.active.size());
   std::uniform_real_distribution<float> weight(0.05f, 1.f);
   r.pair_weights.resize(pair_expert.size());
@@ -199,7 +232,8 @@ void run_case(const Fp8Param& param) {
   std::mt19937_64 rng(seed);
   const Weights m = random_weights(c.experts, c.n, c.k, rng);
   const DeviceWeights dw = upload(m, kGemm1);
-  const Routing route = random_routing(c.tokens, c.experts, c.top_k, c.used_experts, rng);
+  const Routing route =
+      c.every_width ? width_routing(rng) : random_routing(c.tokens, c.experts, c.top_k, c.used_experts, rng);
   const int64_t rows = c.tokens * c.top_k;
   const int64_t k_pitch = sm90::padded_k(c.k);
   // GEMM1's input: the tokens (gathered to their sorted rows by the quantiser); GEMM2's: sorted rows of
@@ -324,6 +358,7 @@ std::vector<Fp8Param> params() {
       {3, 2944, 528, 8, 4, 6},       // K % 128 == 0; experts 6, 7 without rows
       {1000, 2880, 400, 32, 4, 24},  // many experts, a third without rows; N = 25 tiles: a part block
       {4096, 4160, 272, 4, 1, 1},    // every row into one expert; K % 128 == 64
+      {width_tokens(), 2880, 400, kWidthExperts, 1, kWidthExperts, true},  // every wgmma width's m-tiles
   };
   std::vector<Fp8Param> out;
   for (const int rows : {32, 64, 128})
@@ -334,7 +369,7 @@ std::vector<Fp8Param> params() {
 INSTANTIATE_TEST_SUITE_P(Tiles, GpuWgmmaFp8, ::testing::ValuesIn(params()), [](const auto& info) {
   const Fp8Param& p = info.param;
   return "fp8wgmma" + std::to_string(p.rows) + "_T" + std::to_string(p.c.tokens) + "_k" + std::to_string(p.c.k) +
-         "_n" + std::to_string(p.c.n);
+         "_n" + std::to_string(p.c.n) + (p.c.every_width ? "_every_width" : "");
 });
 
 TEST(GpuWgmmaFp8Errors, RejectsBadArguments) {

@@ -70,133 +70,69 @@ __device__ __forceinline__ void wgmma_fence_operands(float (&d)[kRegs]) {
   for (int i = 0; i < kRegs; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// The register-A wgmma of every width N (a multiple of 8 up to 64, 96 or 128), one asm template for all:
+// its operands are listed as (a0, a1, a2, a3, desc, scale_d, d[0], d[1], ...), so d[i] is always
+// %(6 + i) and only the accumulator list grows with N. (A and the descriptor are read-write operands
+// only to come first: the instruction writes nothing but d.) The placeholders and operands of the first
+// R accumulators, 4 at a time:
+#define MXMOE_WGMMA_D4 "%6,%7,%8,%9"
+#define MXMOE_WGMMA_D8 MXMOE_WGMMA_D4 ",%10,%11,%12,%13"
+#define MXMOE_WGMMA_D12 MXMOE_WGMMA_D8 ",%14,%15,%16,%17"
+#define MXMOE_WGMMA_D16 MXMOE_WGMMA_D12 ",%18,%19,%20,%21"
+#define MXMOE_WGMMA_D20 MXMOE_WGMMA_D16 ",%22,%23,%24,%25"
+#define MXMOE_WGMMA_D24 MXMOE_WGMMA_D20 ",%26,%27,%28,%29"
+#define MXMOE_WGMMA_D28 MXMOE_WGMMA_D24 ",%30,%31,%32,%33"
+#define MXMOE_WGMMA_D32 MXMOE_WGMMA_D28 ",%34,%35,%36,%37"
+#define MXMOE_WGMMA_D36 MXMOE_WGMMA_D32 ",%38,%39,%40,%41"
+#define MXMOE_WGMMA_D40 MXMOE_WGMMA_D36 ",%42,%43,%44,%45"
+#define MXMOE_WGMMA_D44 MXMOE_WGMMA_D40 ",%46,%47,%48,%49"
+#define MXMOE_WGMMA_D48 MXMOE_WGMMA_D44 ",%50,%51,%52,%53"
+#define MXMOE_WGMMA_D52 MXMOE_WGMMA_D48 ",%54,%55,%56,%57"
+#define MXMOE_WGMMA_D56 MXMOE_WGMMA_D52 ",%58,%59,%60,%61"
+#define MXMOE_WGMMA_D60 MXMOE_WGMMA_D56 ",%62,%63,%64,%65"
+#define MXMOE_WGMMA_D64 MXMOE_WGMMA_D60 ",%66,%67,%68,%69"
+#define MXMOE_WGMMA_F(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
+#define MXMOE_WGMMA_F4 MXMOE_WGMMA_F(0)
+#define MXMOE_WGMMA_F8 MXMOE_WGMMA_F4, MXMOE_WGMMA_F(4)
+#define MXMOE_WGMMA_F12 MXMOE_WGMMA_F8, MXMOE_WGMMA_F(8)
+#define MXMOE_WGMMA_F16 MXMOE_WGMMA_F12, MXMOE_WGMMA_F(12)
+#define MXMOE_WGMMA_F20 MXMOE_WGMMA_F16, MXMOE_WGMMA_F(16)
+#define MXMOE_WGMMA_F24 MXMOE_WGMMA_F20, MXMOE_WGMMA_F(20)
+#define MXMOE_WGMMA_F28 MXMOE_WGMMA_F24, MXMOE_WGMMA_F(24)
+#define MXMOE_WGMMA_F32 MXMOE_WGMMA_F28, MXMOE_WGMMA_F(28)
+#define MXMOE_WGMMA_F36 MXMOE_WGMMA_F32, MXMOE_WGMMA_F(32)
+#define MXMOE_WGMMA_F40 MXMOE_WGMMA_F36, MXMOE_WGMMA_F(36)
+#define MXMOE_WGMMA_F44 MXMOE_WGMMA_F40, MXMOE_WGMMA_F(40)
+#define MXMOE_WGMMA_F48 MXMOE_WGMMA_F44, MXMOE_WGMMA_F(44)
+#define MXMOE_WGMMA_F52 MXMOE_WGMMA_F48, MXMOE_WGMMA_F(48)
+#define MXMOE_WGMMA_F56 MXMOE_WGMMA_F52, MXMOE_WGMMA_F(52)
+#define MXMOE_WGMMA_F60 MXMOE_WGMMA_F56, MXMOE_WGMMA_F(56)
+#define MXMOE_WGMMA_F64 MXMOE_WGMMA_F60, MXMOE_WGMMA_F(60)
+// One wgmma.mma_async of `shape_types` (e.g. "m64n32k16.f32.bf16.bf16") with R accumulators; `tail`:
+// the operands after imm-scale-b (the bf16 forms' imm-trans-b).
+#define MXMOE_WGMMA_RS(shape_types, R, tail)                                                         \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %5, 0;\nwgmma.mma_async.sync.aligned." shape_types \
+               " {" MXMOE_WGMMA_D##R "}, {%0,%1,%2,%3}, %4, p, 1, 1" tail ";\n}\n"                   \
+               : "+r"(a0), "+r"(a1), "+r"(a2), "+r"(a3), "+l"(desc), "+r"(scale_d), MXMOE_WGMMA_F##R)
+
 // D (64 x N, fp32) += A (64 x 16 bf16, registers) x B (N rows x 16 of K, bf16, shared memory through
-// `desc`), by the whole warpgroup.
-__device__ __forceinline__ void wgmma_m64n24k16_bf16_rs(float (&d)[12], uint32_t a0, uint32_t a1, uint32_t a2,
-                                                        uint32_t a3, uint64_t desc) {
+// `desc`), by the whole warpgroup. N: 8 to 64 in steps of 8, 96 or 128.
+template <int kN>
+__device__ __forceinline__ void wgmma_rs_bf16(float (&d)[kN / 2], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                              uint64_t desc) {
+  static_assert((kN % 8 == 0 && kN <= 64) || kN == 96 || kN == 128, "a wgmma width of this family");
 #if MXMOE_HAS_WGMMA
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %17, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n24k16.f32.bf16.bf16 "
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11}, "
-      "{%12,%13,%14,%15}, %16, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
-#else
-  (void)d, (void)a0, (void)a1, (void)a2, (void)a3, (void)desc;
-  __trap();
-#endif
-}
-
-__device__ __forceinline__ void wgmma_m64n32k16_bf16_rs(float (&d)[16], uint32_t a0, uint32_t a1, uint32_t a2,
-                                                        uint32_t a3, uint64_t desc) {
-#if MXMOE_HAS_WGMMA
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, "
-      "{%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
-#else
-  (void)d, (void)a0, (void)a1, (void)a2, (void)a3, (void)desc;
-  __trap();
-#endif
-}
-
-__device__ __forceinline__ void wgmma_m64n40k16_bf16_rs(float (&d)[20], uint32_t a0, uint32_t a1, uint32_t a2,
-                                                        uint32_t a3, uint64_t desc) {
-#if MXMOE_HAS_WGMMA
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %25, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n40k16.f32.bf16.bf16 "
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19}, "
-      "{%20,%21,%22,%23}, %24, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
-#else
-  (void)d, (void)a0, (void)a1, (void)a2, (void)a3, (void)desc;
-  __trap();
-#endif
-}
-
-__device__ __forceinline__ void wgmma_m64n48k16_bf16_rs(float (&d)[24], uint32_t a0, uint32_t a1, uint32_t a2,
-                                                        uint32_t a3, uint64_t desc) {
-#if MXMOE_HAS_WGMMA
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %29, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n48k16.f32.bf16.bf16 "
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23}, "
-      "{%24,%25,%26,%27}, %28, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
-#else
-  (void)d, (void)a0, (void)a1, (void)a2, (void)a3, (void)desc;
-  __trap();
-#endif
-}
-
-__device__ __forceinline__ void wgmma_m64n56k16_bf16_rs(float (&d)[28], uint32_t a0, uint32_t a1, uint32_t a2,
-                                                        uint32_t a3, uint64_t desc) {
-#if MXMOE_HAS_WGMMA
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %33, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n56k16.f32.bf16.bf16 "
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27}, "
-      "{%28,%29,%30,%31}, %32, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
-#else
-  (void)d, (void)a0, (void)a1, (void)a2, (void)a3, (void)desc;
-  __trap();
-#endif
-}
-
-__device__ __forceinline__ void wgmma_m64n64k16_bf16_rs(float (&d)[32], uint32_t a0, uint32_t a1, uint32_t a2,
-                                                        uint32_t a3, uint64_t desc) {
-#if MXMOE_HAS_WGMMA
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
-      "{%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
-#else
-  (void)d, (void)a0, (void)a1, (void)a2, (void)a3, (void)desc;
-  __trap();
-#endif
-}
-
-__device__ __forceinline__ void wgmma_m64n128k16_bf16_rs(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2,
-                                                        uint32_t a3, uint64_t desc) {
-#if MXMOE_HAS_WGMMA
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
-      "{%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
+  uint32_t scale_d = 1;  // accumulate
+  if constexpr (kN == 8) MXMOE_WGMMA_RS("m64n8k16.f32.bf16.bf16", 4, ", 0");
+  else if constexpr (kN == 16) MXMOE_WGMMA_RS("m64n16k16.f32.bf16.bf16", 8, ", 0");
+  else if constexpr (kN == 24) MXMOE_WGMMA_RS("m64n24k16.f32.bf16.bf16", 12, ", 0");
+  else if constexpr (kN == 32) MXMOE_WGMMA_RS("m64n32k16.f32.bf16.bf16", 16, ", 0");
+  else if constexpr (kN == 40) MXMOE_WGMMA_RS("m64n40k16.f32.bf16.bf16", 20, ", 0");
+  else if constexpr (kN == 48) MXMOE_WGMMA_RS("m64n48k16.f32.bf16.bf16", 24, ", 0");
+  else if constexpr (kN == 56) MXMOE_WGMMA_RS("m64n56k16.f32.bf16.bf16", 28, ", 0");
+  else if constexpr (kN == 64) MXMOE_WGMMA_RS("m64n64k16.f32.bf16.bf16", 32, ", 0");
+  else if constexpr (kN == 96) MXMOE_WGMMA_RS("m64n96k16.f32.bf16.bf16", 48, ", 0");
+  else MXMOE_WGMMA_RS("m64n128k16.f32.bf16.bf16", 64, ", 0");
 #else
   (void)d, (void)a0, (void)a1, (void)a2, (void)a3, (void)desc;
   __trap();

@@ -2,12 +2,12 @@
 //
 // The bf16 wgmma tiles' block (wgmma_gemm_kernel.cu) with e4m3 operands: K step s (0..3) of a chunk is
 // one m64nNk32 wgmma whose A fragment, in lane (g, t), is word s of MX block t of rows g and g+8 decoded
-// to e4m3 at the row's exponent (fp8_decode.cuh), and whose B is the 32 bytes of step s in each staged
+// to e4m3 at the row's exponent (fp8_decode.cuh, from a W4A8 layer's records), and whose B is the 32 bytes of step s in each staged
 // activation line (fp8_chunk_order.hpp). Shared memory per stage: the m-tile's lines (rows x 128 bytes,
 // 1024-byte aligned, 128-byte swizzled), then the 16 weight records; one thread fills it with two tensor
 // copies. Every chunk is a whole one (the half chunk of K % 128 == 64 too: fp8_chunk_order.hpp). All
-// tiles release a stage within the next chunk (after its step 1) and refill it after step 3; one width
-// per tile (the bf16 tiles' narrower paths are not here yet).
+// tiles release a stage within the next chunk (after its step 1) and refill it after step 3. An m-tile
+// with fewer rows than the tile runs a narrower wgmma (Fp8Shape, narrow_paths.cuh).
 #include "kernels/sm90/wgmma_fp8_tile.cuh"
 
 #include <string>
@@ -38,6 +38,8 @@ __global__ void __launch_bounds__(kThreads, Fp8Shape<kRows>::kBlocksPerSm)
   if (producer) {
     kernels::tma_prefetch_map(&maps.weights);
     kernels::tma_prefetch_map(&maps.act);
+#pragma unroll
+    for (int p = 0; p < S::kNarrowPaths; ++p) kernels::tma_prefetch_map(&maps.act_narrow[p]);
     for (int s = 0; s < kStages; ++s) {
       kernels::mbarrier_init(&full[s], 1);
       kernels::mbarrier_init(&empty[s], kWarps);
@@ -47,17 +49,22 @@ __global__ void __launch_bounds__(kThreads, Fp8Shape<kRows>::kBlocksPerSm)
   if (!mma::find_block_m_tile<kRows>(a, m_tile, tile)) return;
   const int expert = tile.expert;
   const int expert_tile0 = expert * a.tiles + tile0;
+  // The narrowest wgmma that covers the m-tile's rows (narrow_paths.cuh); its stages hold only those rows.
+  const int path = narrowest_path<S>(tile.rows);
+  const CUtensorMap* act_map = path < S::kNarrowPaths ? &maps.act_narrow[path] : &maps.act;
+  const uint32_t act_box_bytes = static_cast<uint32_t>(S::path_n(path)) * kLineBytes;
   auto load = [&](int c) {
     const int stage = c % kStages;
-    load_fp8_stage<kRows>(smem + stage * S::kStageBytes, maps, c, expert_tile0, tile.row0, &full[stage]);
+    load_fp8_stage<kRows>(smem + stage * S::kStageBytes, maps, act_map, act_box_bytes, c, expert_tile0, tile.row0,
+                          &full[stage]);
   };
   if (producer)
     for (int c = 0; c < kAhead && c < a.chunks; ++c) load(c);
 
   // The lane's rows g and g+8 of its tile in checkpoint order (gemv_layout.hpp: GEMM1's tile rows are
-  // the gates and linears of features 8 * tile + g), and their exponents. A warp past the GEMM's last
-  // tile decodes whatever its records hold into accumulator rows that are never stored: -128 keeps its
-  // tables on the fast path.
+  // the gates and linears of features 8 * tile + g), and their exponents (for the epilogue; the records'
+  // shift codes already hold them). A warp past the GEMM's last tile decodes whatever its records hold
+  // into accumulator rows that are never stored.
   const int row_lo = kGemm1 ? 2 * (8 * my_tile + g) : my_tile * gemv::kTileRows + g;
   const int row_hi = kGemm1 ? row_lo + 1 : row_lo + 8;
   const bool my_rows = my_tile < a.tiles;
@@ -80,8 +87,10 @@ __global__ void __launch_bounds__(kThreads, Fp8Shape<kRows>::kBlocksPerSm)
     };
     const uint8_t* st = smem + stage * S::kStageBytes;
     if (group_active) {
-      wgmma_fp8_chunk<kRows>(smem_address(st), st + S::kActBytes + warp * gemv::kChunkBytes, lane, c_lo, c_hi, acc,
-                             between);
+      with_path_width<S>(path, [&](auto n) {
+        wgmma_fp8_chunk<kRows, decltype(n)::value>(smem_address(st), st + S::kActBytes + warp * gemv::kChunkBytes, lane,
+                                                   acc, between);
+      });
     } else {
       __syncwarp();
 #pragma unroll
@@ -171,12 +180,17 @@ void launch_wgmma_fp8(const mma::MmaArgs& a, const Fp8Operands& fp8, int64_t tok
   maps.weights = kernels::encode_record_map("fp8 wgmma weights", a, kernels::kRecordWords, kTiles);
   const uint64_t act_dims[] = {static_cast<uint64_t>(a.k), static_cast<uint64_t>(tokens * a.top_k)};
   const uint64_t act_strides[] = {static_cast<uint64_t>(a.k)};
-  const uint32_t box[] = {kLineBytes, static_cast<uint32_t>(rows)};
-  maps.act = kernels::encode_tiled_map("fp8 wgmma activations", CU_TENSOR_MAP_DATA_TYPE_UINT8, a.act, act_dims,
-                                       act_strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+  auto act_map = [&](const char* what, int box_rows) {
+    const uint32_t box[] = {kLineBytes, static_cast<uint32_t>(box_rows)};
+    return kernels::encode_tiled_map(what, CU_TENSOR_MAP_DATA_TYPE_UINT8, a.act, act_dims, act_strides, box,
+                                     CU_TENSOR_MAP_SWIZZLE_128B);
+  };
+  maps.act = act_map("fp8 wgmma activations", rows);
   const dim3 grid(static_cast<unsigned>(blocks));
   kernels::with_row<kernels::TileFamily::WgmmaFp8>(rows, [&](auto i) {
     constexpr int kRows = kernels::kRowOf<decltype(i)>.rows;
+    for (int p = 0; p < Fp8Shape<kRows>::kNarrowPaths; ++p)
+      maps.act_narrow[p] = act_map("fp8 wgmma activations (a narrower path's rows)", Fp8Shape<kRows>::narrow_n(p));
     kernels::launch_with_pdl(wgmma_fp8_kernel<kGemm1, kRows>, grid, dim3(kThreads), size_t{Fp8Shape<kRows>::kSmemBytes},
                              stream, a, fp8, maps);
   });

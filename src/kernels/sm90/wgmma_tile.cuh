@@ -17,6 +17,7 @@
 #include "kernels/mma/m_tile_rows.cuh"
 #include "kernels/mma/swap_epilogue.cuh"
 #include "kernels/sm90/chunk_order.hpp"
+#include "kernels/sm90/narrow_paths.cuh"
 #include "kernels/sm90/sm90_host.hpp"
 #include "kernels/sm90/wgmma_gemm.hpp"
 #include "kernels/sm90/wgmma_stage.cuh"
@@ -63,49 +64,11 @@ struct WgShape {
                 "narrower paths are narrower, in whole 8-row swizzle groups");
 };
 
-// The narrowest path of WgShape S whose width covers `rows`.
-template <class S>
-__device__ __forceinline__ int narrowest_path(int rows) {
-  int path = S::kNarrowPaths;
-#pragma unroll
-  for (int p = S::kNarrowPaths - 1; p >= 0; --p)
-    if (rows <= S::narrow_n(p)) path = p;
-  return path;
-}
-
-// f(std::integral_constant<int, N>) with N the width of `path` (a branch per narrower path).
-template <class S, int kPath = 0, class F>
-__device__ __forceinline__ void with_path_width(int path, F&& f) {
-  if constexpr (kPath < S::kNarrowPaths)
-    if (path != kPath) return with_path_width<S, kPath + 1>(path, f);
-  f(std::integral_constant<int, S::path_n(kPath)>{});
-}
-
 #if MXMOE_HAS_WGMMA
 __device__ __forceinline__ uint32_t smem_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 #endif
-
-// The wgmma of N = kN (24 to 64 in steps of 8, or 128).
-template <int kN>
-__device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint64_t desc) {
-  if constexpr (kN == 128)
-    kernels::wgmma_m64n128k16_bf16_rs(d, a0, a1, a2, a3, desc);
-  else if constexpr (kN == 64)
-    kernels::wgmma_m64n64k16_bf16_rs(d, a0, a1, a2, a3, desc);
-  else if constexpr (kN == 56)
-    kernels::wgmma_m64n56k16_bf16_rs(d, a0, a1, a2, a3, desc);
-  else if constexpr (kN == 48)
-    kernels::wgmma_m64n48k16_bf16_rs(d, a0, a1, a2, a3, desc);
-  else if constexpr (kN == 40)
-    kernels::wgmma_m64n40k16_bf16_rs(d, a0, a1, a2, a3, desc);
-  else if constexpr (kN == 32)
-    kernels::wgmma_m64n32k16_bf16_rs(d, a0, a1, a2, a3, desc);
-  else
-    kernels::wgmma_m64n24k16_bf16_rs(d, a0, a1, a2, a3, desc);
-}
 
 // Where K step s (0..7) of a chunk starts in its stage, in the descriptor's address field (bytes >> 4):
 // (s / 4) activation halves and (s % 4) * 32 bytes in. The half chunk's steps are 0..3.
@@ -126,8 +89,8 @@ __device__ __forceinline__ void wgmma_word_group(float (&d)[kN / 2], uint32_t wo
   Atom::decode(word_lo, s_lo, lo);
   Atom::decode(word_hi, s_hi, hi);
   kernels::wgmma_fence();
-  wgmma_rs<kN>(d, lo[0], hi[0], lo[1], hi[1], desc_a);
-  wgmma_rs<kN>(d, lo[2], hi[2], lo[3], hi[3], desc_b);
+  kernels::wgmma_rs_bf16<kN>(d, lo[0], hi[0], lo[1], hi[1], desc_a);
+  kernels::wgmma_rs_bf16<kN>(d, lo[2], hi[2], lo[3], hi[3], desc_b);
   kernels::wgmma_commit();
 }
 
