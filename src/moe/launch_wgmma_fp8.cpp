@@ -1,5 +1,5 @@
 // The W4A8 wgmma family's launch sequence (Precision::Fp8 on Hopper; kernels/sm90/wgmma_fp8_gemm.hpp):
-// route, the tokens quantised to e4m3 rows (one scale each) at their sorted rows, GEMM1 (bf16
+// route, the tokens quantised to e4m3 rows (one scale each, once per token) at their sorted rows, GEMM1 (bf16
 // intermediate in plain order), the intermediate quantised the same way, GEMM2 (bf16 rows), combine.
 #include "kernels/sm90/chunk_order.hpp"
 #include "kernels/sm90/fp8_chunk_order.hpp"
@@ -20,8 +20,8 @@ void run_wgmma_fp8(const GpuLayer& layer, const plan::Plan& p, const ForwardArgs
   // The MX buffers hold the e4m3 rows and their scales (gpu_backend.cpp sizes them for this family).
   auto* scales1 = reinterpret_cast<float*>(ws.mx_scales);
   auto* scales2 = reinterpret_cast<float*>(ws.mx_scales2);
-  sm90::quantize_rows_e4m3(f.hidden, c.hidden, ws.mx_codes, scales1, pairs, c.hidden, f.stream, ws.routing.row_pair,
-                           c.top_k, live_rows);
+  sm90::quantize_tokens_e4m3(f.hidden, c.hidden, ws.mx_codes, scales1, f.tokens, c.hidden, ws.routing.pair_row, c.top_k,
+                             f.stream);
   mma::MmaArgs a;
   layer.bind_routing(a, ws);
   layer.bind_weights(a, true);
@@ -33,7 +33,7 @@ void run_wgmma_fp8(const GpuLayer& layer, const plan::Plan& p, const ForwardArgs
   if (f.stages < 3) return;
   const int64_t pitch = sm90::padded_k(c.intermediate);
   sm90::quantize_rows_e4m3(static_cast<const uint16_t*>(ws.intermediate), pitch, ws.mx_codes2, scales2, pairs,
-                           c.intermediate, f.stream, nullptr, 1, live_rows);
+                           c.intermediate, f.stream, live_rows);
   layer.bind_weights(a, false);
   a.act = reinterpret_cast<const uint16_t*>(ws.mx_codes2);
   a.k = static_cast<int>(pitch);

@@ -1,7 +1,8 @@
-// quantize_rows_e4m3 (kernels/sm90/fp8_chunk_order.hpp) against fp8::row_round_trip, bit for bit: each
-// row's scale, and each element's code float_to_e4m3(x / scale) at its fp8_row_position (zeros past K;
-// 0x7F for a row with a NaN or inf; zeros for a zero row), into a poisoned output; in row order with a
-// row pitch, and gathered through a routing's row_pair with a live row count. Skips itself without a GPU.
+// quantize_rows_e4m3 and quantize_tokens_e4m3 (kernels/sm90/fp8_chunk_order.hpp) against
+// fp8::row_round_trip, bit for bit: each row's scale, and each element's code float_to_e4m3(x / scale) at
+// its fp8_row_position (zeros past K; 0x7F for a row with a NaN or inf; zeros for a zero row), into a
+// poisoned output; in row order with a row pitch and a live row count, and tokens written to their sorted
+// rows through a routing's pair_row with dropped pairs. Skips itself without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,7 +21,7 @@ namespace {
 struct QuantizeCase {
   int64_t rows;
   int k;
-  int top_k;  // 0: rows in order (no row_pair), with a row pitch past k
+  int top_k;  // 0: rows in order (quantize_rows_e4m3), with a row pitch past k
 };
 
 class GpuFp8Quantize : public ::testing::TestWithParam<QuantizeCase> {};
@@ -48,11 +49,14 @@ TEST_P(GpuFp8Quantize, CodesAndScalesAreTheModelsBitForBit) {
     if (kind == 8) in[s * in_pitch + rng() % c.k] = 0xFF80;                                   // -inf
     if (kind == 9) in[s * in_pitch + rng() % c.k] = float_to_bf16(3e38f);                     // huge, finite
   }
+  // Sorted row r holds pair row_pair[r]; the pairs of sorted rows from `live` on are dropped (-1 in
+  // pair_row, the tokens' view), and in row order the rows from `live` on are past the live row count.
   std::vector<int32_t> row_pair(static_cast<size_t>(std::max<int64_t>(c.rows, 1)));
   std::iota(row_pair.begin(), row_pair.end(), 0);
   std::shuffle(row_pair.begin(), row_pair.begin() + c.rows, rng);
-  // Gathered: the routing's live rows are fewer than its row_pair entries (dropped pairs).
-  const int32_t live = gather ? static_cast<int32_t>(c.rows - c.rows / 5) : static_cast<int32_t>(c.rows);
+  const int32_t live = static_cast<int32_t>(c.rows - c.rows / 5);
+  std::vector<int32_t> pair_row(static_cast<size_t>(std::max<int64_t>(sources * top_k, 1)), -1);
+  for (int32_t r = 0; r < live; ++r) pair_row[row_pair[r]] = r;
 
   const int64_t pitch = sm90::padded_k(c.k);
   std::vector<uint8_t> expected(static_cast<size_t>(c.rows * pitch), 0xAB);  // rows past live: untouched
@@ -72,15 +76,18 @@ TEST_P(GpuFp8Quantize, CodesAndScalesAreTheModelsBitForBit) {
   }
 
   const DeviceBuffer d_in = to_device(in);
-  const DeviceBuffer d_pairs = to_device(row_pair);
+  const DeviceBuffer d_pairs = to_device(pair_row);
   const DeviceBuffer d_live = to_device(std::vector<int32_t>{live});
   DeviceBuffer d_out(static_cast<size_t>(std::max<int64_t>(c.rows * pitch, 16)));
   DeviceBuffer d_scales(static_cast<size_t>(std::max<int64_t>(c.rows, 1)) * 4);
   MXMOE_CUDA_CHECK(cudaMemset(d_out.get(), 0xAB, d_out.bytes()));
   MXMOE_CUDA_CHECK(cudaMemset(d_scales.get(), 0xAB, d_scales.bytes()));
-  sm90::quantize_rows_e4m3(d_in.get<uint16_t>(), in_pitch, d_out.get<uint8_t>(), d_scales.get<float>(), c.rows, c.k,
-                           nullptr, gather ? d_pairs.get<int32_t>() : nullptr, top_k,
-                           gather ? d_live.get<int32_t>() : nullptr);
+  if (gather)
+    sm90::quantize_tokens_e4m3(d_in.get<uint16_t>(), in_pitch, d_out.get<uint8_t>(), d_scales.get<float>(), sources,
+                               c.k, d_pairs.get<int32_t>(), top_k, nullptr);
+  else
+    sm90::quantize_rows_e4m3(d_in.get<uint16_t>(), in_pitch, d_out.get<uint8_t>(), d_scales.get<float>(), c.rows, c.k,
+                             nullptr, d_live.get<int32_t>());
   MXMOE_CUDA_CHECK(cudaDeviceSynchronize());
   const auto out = to_host<uint8_t>(d_out, static_cast<size_t>(c.rows * pitch));
   const auto scales = to_host<uint32_t>(d_scales, static_cast<size_t>(c.rows));
@@ -107,7 +114,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GpuFp8Quantize,
                          [](const auto& info) {
                            const QuantizeCase& c = info.param;
                            return "rows" + std::to_string(c.rows) + "_k" + std::to_string(c.k) +
-                                  (c.top_k ? "_gather" + std::to_string(c.top_k) : "_in_order");
+                                  (c.top_k ? "_tokens_top" + std::to_string(c.top_k) : "_in_order");
                          });
 
 TEST(GpuFp8QuantizeErrors, RejectsBadArguments) {
@@ -121,7 +128,11 @@ TEST(GpuFp8QuantizeErrors, RejectsBadArguments) {
   expect_error_naming([&] { sm90::quantize_rows_e4m3(in, 60, out, scales, 1, 64, nullptr); }, "in_pitch");
   expect_error_naming([&] { sm90::quantize_rows_e4m3(in, 64, out, scales, -1, 64, nullptr); }, "rows must");
   expect_error_naming([&] { sm90::quantize_rows_e4m3(in, 64, out + 1, scales, 1, 64, nullptr); }, "aligned");
-  expect_error_naming([&] { sm90::quantize_rows_e4m3(in, 64, out, scales, 1, 64, nullptr, nullptr, 0); }, "top_k must");
+  int32_t* pair_row = reinterpret_cast<int32_t*>(buf.get<uint8_t>() + 49152);
+  expect_error_naming([&] { sm90::quantize_tokens_e4m3(in, 64, out, scales, 1, 64, pair_row, 0, nullptr); }, "top_k must");
+  expect_error_naming([&] { sm90::quantize_tokens_e4m3(in, 64, out, scales, 1, 64, pair_row, 9, nullptr); }, "top_k must");
+  expect_error_naming([&] { sm90::quantize_tokens_e4m3(in, 64, out, scales, 1, 64, nullptr, 4, nullptr); }, "pair_row");
+  expect_error_naming([&] { sm90::quantize_tokens_e4m3(in, 60, out, scales, 1, 64, pair_row, 4, nullptr); }, "in_pitch");
 }
 
 }  // namespace

@@ -236,7 +236,7 @@ void run_case(const Fp8Param& param) {
       c.every_width ? width_routing(rng) : random_routing(c.tokens, c.experts, c.top_k, c.used_experts, rng);
   const int64_t rows = c.tokens * c.top_k;
   const int64_t k_pitch = sm90::padded_k(c.k);
-  // GEMM1's input: the tokens (gathered to their sorted rows by the quantiser); GEMM2's: sorted rows of
+  // GEMM1's input: the tokens (written to their sorted rows by the quantiser); GEMM2's: sorted rows of
   // a bf16 intermediate with the row pitch GEMM1 writes.
   const int64_t in_rows = kGemm1 ? c.tokens : rows;
   const int64_t in_pitch = kGemm1 ? c.k : k_pitch;
@@ -244,6 +244,9 @@ void run_case(const Fp8Param& param) {
 
   const DeviceBuffer d_input = to_device(input);
   const DeviceBuffer d_row_pair = to_device(route.row_pair.empty() ? std::vector<int32_t>{0} : route.row_pair);
+  std::vector<int32_t> pair_row(static_cast<size_t>(std::max<int64_t>(c.tokens * c.top_k, 1)), -1);
+  for (size_t r = 0; r < route.row_pair.size(); ++r) pair_row[route.row_pair[r]] = static_cast<int32_t>(r);
+  const DeviceBuffer d_pair_row = to_device(pair_row);
   const DeviceBuffer d_offsets = to_device(route.expert_offsets);
   const DeviceBuffer d_active = to_device(route.active.empty() ? std::vector<int32_t>{0} : route.active);
   const DeviceBuffer d_count = to_device(std::vector<int32_t>{route.active_count});
@@ -254,8 +257,12 @@ void run_case(const Fp8Param& param) {
   DeviceBuffer d_out(static_cast<size_t>(std::max<int64_t>(rows, 1) * out_pitch) * 2);
   MXMOE_CUDA_CHECK(cudaMemset(d_out.get(), 0xFF, d_out.bytes()));  // bf16 NaN: every element must be written
 
-  sm90::quantize_rows_e4m3(d_input.get<uint16_t>(), in_pitch, d_act.get<uint8_t>(), d_scales.get<float>(), rows, c.k,
-                           nullptr, kGemm1 ? d_row_pair.get<int32_t>() : nullptr, kGemm1 ? c.top_k : 1);
+  if constexpr (kGemm1)
+    sm90::quantize_tokens_e4m3(d_input.get<uint16_t>(), in_pitch, d_act.get<uint8_t>(), d_scales.get<float>(), in_rows,
+                               c.k, d_pair_row.get<int32_t>(), c.top_k, nullptr);
+  else
+    sm90::quantize_rows_e4m3(d_input.get<uint16_t>(), in_pitch, d_act.get<uint8_t>(), d_scales.get<float>(), rows, c.k,
+                             nullptr);
   mma::MmaArgs a;
   a.weights = dw.packed.get<uint8_t>();
   a.expert_stride = dw.shape.bytes();

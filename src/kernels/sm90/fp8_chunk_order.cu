@@ -1,7 +1,9 @@
-// quantize_rows_e4m3 (fp8_chunk_order.hpp): one warp per row. Pass 1 finds the row's amax (and whether
-// it holds a NaN or inf); pass 2 reads the row again (from L1/L2) and writes each group of 8 elements
-// (one word of one MX block: elements 32q + 8w .. + 7) as two 4-byte words at 32w + 4q and 32w + 16 + 4q
-// of its chunk's line.
+// quantize_rows_e4m3 and quantize_tokens_e4m3 (fp8_chunk_order.hpp): one block per source row (a row or a
+// token), so a row's loads are two or three per thread and in flight together. Pass 1 finds the row's
+// amax (and whether it holds a NaN or inf) across the block; pass 2 reads the row again (from L1) and
+// writes each group of 8 elements (one word of one MX block: elements 32q + 8w .. + 7) as two 4-byte
+// words at 32w + 4q and 32w + 16 + 4q of its chunk's line, in each of the row's destinations (a token's
+// top_k sorted rows: its codes and scale are computed once for all of them).
 #include "kernels/sm90/fp8_chunk_order.hpp"
 
 #include <cuda_bf16.h>
@@ -11,12 +13,13 @@
 
 #include "common/cuda_check.hpp"
 #include "common/pdl_launch.cuh"
+#include "mxmoe/config.hpp"
 
 namespace mxmoe::sm90 {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kWarpsPerBlock = kThreads / 32;
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
 constexpr float kE4m3Max = 448.f;
 
 __device__ __forceinline__ void unpack_bf16x8(const uint4 v, float (&x)[8]) {
@@ -32,23 +35,24 @@ __device__ __forceinline__ uint32_t e4m3_code(float v) {
   return static_cast<uint32_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
 }
 
+// Source row `row` of `in` to its destination rows: with pair_row, the sorted rows pair_row[row * top_k
+// + j] that are not -1; without, row itself.
 __global__ void __launch_bounds__(kThreads)
-    quantize_rows_kernel(const uint16_t* in, int64_t in_pitch, uint8_t* out, float* scales, int64_t rows, int k,
-                         int64_t out_pitch, const int32_t* row_pair, int top_k, const int32_t* live_rows) {
-  cudaGridDependencySynchronize();  // `in` and `row_pair` may come from the predecessors
+    quantize_kernel(const uint16_t* in, int64_t in_pitch, uint8_t* out, float* scales, int64_t rows, int k,
+                    int64_t out_pitch, const int32_t* pair_row, int top_k, const int32_t* live_rows) {
+  __shared__ float warp_amax[kWarps];
+  cudaGridDependencySynchronize();  // `in` and `pair_row` may come from the predecessors
   cudaTriggerProgrammaticLaunchCompletion();
   if (live_rows != nullptr) rows = min(rows, int64_t{*live_rows});
-  const int lane = threadIdx.x & 31;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int groups = static_cast<int>(out_pitch / 8);  // whole chunks: the padding's groups are written too
-  const int64_t warps = int64_t{gridDim.x} * kWarpsPerBlock;
-  for (int64_t row = blockIdx.x * int64_t{kWarpsPerBlock} + (threadIdx.x >> 5); row < rows; row += warps) {
-    const int64_t source = row_pair ? row_pair[row] / top_k : row;
-    const uint4* src = reinterpret_cast<const uint4*>(in + source * in_pitch);
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const uint4* src = reinterpret_cast<const uint4*>(in + row * in_pitch);
     float amax = 0.f;
     bool finite = true;
-    for (int i = lane; i < k / 8; i += 32) {
+    for (int i = threadIdx.x; i < k / 8; i += kThreads) {
       float x[8];
-      unpack_bf16x8(__ldcg(src + i), x);
+      unpack_bf16x8(src[i], x);
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         finite = finite && isfinite(x[j]);
@@ -57,18 +61,26 @@ __global__ void __launch_bounds__(kThreads)
     }
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, off));
-    finite = __all_sync(0xFFFFFFFFu, finite);
+    if (lane == 0) warp_amax[warp] = amax;
+    finite = !__syncthreads_or(!finite);  // also orders warp_amax's stores before the loads below
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) amax = fmaxf(amax, warp_amax[w]);
     // As fp8::row_round_trip: the scale amax / 448 (IEEE division), x / scale rounded by float_to_e4m3.
     const float scale = finite ? amax / kE4m3Max : __int_as_float(0x7FC00000);
-    if (lane == 0) scales[row] = scale;
-    uint8_t* dst = out + row * out_pitch;
-    for (int i = lane; i < groups; i += 32) {
+    // f(r) for each destination row r (pair_row's entries stay in L1 after the first group).
+    auto for_each_dest = [&](auto&& f) {
+      if (pair_row == nullptr) return f(row);
+      for (int j = 0; j < top_k; ++j)
+        if (const int32_t r = pair_row[row * top_k + j]; r >= 0) f(int64_t{r});
+    };
+    if (threadIdx.x == 0) for_each_dest([&](int64_t r) { scales[r] = scale; });
+    for (int i = threadIdx.x; i < groups; i += kThreads) {
       uint32_t a = 0, b = 0;  // bytes [e0, e3, e1, e2] and [e4, e7, e5, e6] of the group (fp8_chunk_order.hpp)
       if (!finite) {
         a = b = i * 8 < k ? 0x7F7F7F7Fu : 0u;
       } else if (i * 8 < k && scale != 0.f) {
         float x[8];
-        unpack_bf16x8(__ldcg(src + i), x);
+        unpack_bf16x8(src[i], x);
         uint32_t c[8];
 #pragma unroll
         for (int j = 0; j < 8; ++j) c[j] = e4m3_code(x[j] / scale);
@@ -76,28 +88,49 @@ __global__ void __launch_bounds__(kThreads)
         b = c[4] | c[7] << 8 | c[5] << 16 | c[6] << 24;
       }
       const int chunk = i >> 4, q = (i >> 2) & 3, w = i & 3;
-      uint8_t* line = dst + chunk * gemv::kChunkK + 32 * w + 4 * q;
-      *reinterpret_cast<uint32_t*>(line) = a;
-      *reinterpret_cast<uint32_t*>(line + 16) = b;
+      const int at = chunk * gemv::kChunkK + 32 * w + 4 * q;
+      for_each_dest([&](int64_t r) {
+        uint8_t* line = out + r * out_pitch + at;
+        *reinterpret_cast<uint32_t*>(line) = a;
+        *reinterpret_cast<uint32_t*>(line + 16) = b;
+      });
     }
+    __syncthreads();  // warp_amax is rewritten by the next row
   }
+}
+
+void check_quantize_args(const char* what, const uint16_t* in, int64_t in_pitch, const uint8_t* out, int64_t rows,
+                         int k) {
+  MXMOE_REQUIRE(k > 0 && k % 8 == 0, what, ": k must be a positive multiple of 8, got ", k);
+  MXMOE_REQUIRE(in_pitch >= k && in_pitch % 8 == 0, what, ": in_pitch must be a multiple of 8 of at least k (", k,
+                "), got ", in_pitch);
+  MXMOE_REQUIRE(rows >= 0, what, ": rows must not be negative, got ", rows);
+  MXMOE_REQUIRE(reinterpret_cast<uintptr_t>(in) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0, what,
+                ": in and out must be 16-byte aligned");
+}
+
+void launch_quantize(const uint16_t* in, int64_t in_pitch, uint8_t* out, float* scales, int64_t rows, int k,
+                     const int32_t* pair_row, int top_k, const int32_t* live_rows, cudaStream_t stream) {
+  if (rows == 0) return;
+  const int blocks = static_cast<int>(std::min<int64_t>(rows, 16384));
+  kernels::launch_with_pdl(quantize_kernel, dim3(blocks), dim3(kThreads), 0, stream, in, in_pitch, out, scales, rows,
+                           k, padded_k(k), pair_row, top_k, live_rows);
 }
 
 }  // namespace
 
 void quantize_rows_e4m3(const uint16_t* in, int64_t in_pitch, uint8_t* out, float* scales, int64_t rows, int k,
-                        cudaStream_t stream, const int32_t* row_pair, int top_k, const int32_t* live_rows) {
-  MXMOE_REQUIRE(k > 0 && k % 8 == 0, "quantize_rows_e4m3: k must be a positive multiple of 8, got ", k);
-  MXMOE_REQUIRE(in_pitch >= k && in_pitch % 8 == 0, "quantize_rows_e4m3: in_pitch must be a multiple of 8 of at least k (",
-                k, "), got ", in_pitch);
-  MXMOE_REQUIRE(top_k > 0, "quantize_rows_e4m3: top_k must be positive, got ", top_k);
-  MXMOE_REQUIRE(rows >= 0, "quantize_rows_e4m3: rows must not be negative, got ", rows);
-  MXMOE_REQUIRE(reinterpret_cast<uintptr_t>(in) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0,
-                "quantize_rows_e4m3: in and out must be 16-byte aligned");
-  if (rows == 0) return;
-  const int blocks = static_cast<int>(std::min<int64_t>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock, 4096));
-  kernels::launch_with_pdl(quantize_rows_kernel, dim3(blocks), dim3(kThreads), 0, stream, in, in_pitch, out, scales,
-                           rows, k, padded_k(k), row_pair, top_k, live_rows);
+                        cudaStream_t stream, const int32_t* live_rows) {
+  check_quantize_args("quantize_rows_e4m3", in, in_pitch, out, rows, k);
+  launch_quantize(in, in_pitch, out, scales, rows, k, nullptr, 1, live_rows, stream);
+}
+
+void quantize_tokens_e4m3(const uint16_t* in, int64_t in_pitch, uint8_t* out, float* scales, int64_t tokens, int k,
+                          const int32_t* pair_row, int top_k, cudaStream_t stream) {
+  check_quantize_args("quantize_tokens_e4m3", in, in_pitch, out, tokens, k);
+  MXMOE_REQUIRE(top_k > 0 && top_k <= kMaxTopk, "quantize_tokens_e4m3: top_k must be 1 to ", kMaxTopk, ", got ", top_k);
+  MXMOE_REQUIRE(pair_row != nullptr || tokens == 0, "quantize_tokens_e4m3: pair_row is required");
+  launch_quantize(in, in_pitch, out, scales, tokens, k, pair_row, top_k, nullptr, stream);
 }
 
 }  // namespace mxmoe::sm90
