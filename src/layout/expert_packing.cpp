@@ -25,7 +25,8 @@ HostBytes pack_experts(std::span<const uint8_t> blocks, std::span<const uint8_t>
       experts,
       [&](int64_t e) {
         const auto i = static_cast<size_t>(e);
-        pack_one(e, blocks.data() + i * src_w, scales.data() + i * src_s, out.data.get() + i * static_cast<size_t>(expert_bytes));
+        pack_one(e, blocks.data() + i * src_w, scales.data() + i * src_s,
+                 out.data.get() + i * static_cast<size_t>(expert_bytes));
       },
       threads);
   return out;
@@ -37,12 +38,13 @@ HostBytes pack_gemv_experts(std::span<const uint8_t> blocks, std::span<const uin
                             const gemv::PackedShape& shape, bool swiglu_pairs, unsigned threads,
                             std::span<const int8_t> fp8_exponents) {
   const bool fp8 = !fp8_exponents.empty();
-  MXMOE_REQUIRE(!fp8 || experts <= 0 || fp8_exponents.size() == static_cast<size_t>(experts) * static_cast<size_t>(shape.rows),
-                "weight packing: fp8_exponents: expected ", static_cast<int64_t>(experts) * shape.rows, " rows, got ",
-                fp8_exponents.size());
+  const int64_t exponent_rows = static_cast<int64_t>(experts) * shape.rows;
+  MXMOE_REQUIRE(!fp8 || experts <= 0 || static_cast<int64_t>(fp8_exponents.size()) == exponent_rows,
+                "weight packing: fp8_exponents: expected ", exponent_rows, " rows, got ", fp8_exponents.size());
   return pack_experts(blocks, scales, experts, shape.rows, shape.kblocks, shape.bytes(), threads,
                       [&](int64_t e, const uint8_t* b, const uint8_t* s, uint8_t* o) {
-                        gemv::pack_expert(b, s, shape, swiglu_pairs, o, fp8 ? fp8_exponents.data() + e * shape.rows : nullptr);
+                        const int8_t* exponents = fp8 ? fp8_exponents.data() + e * shape.rows : nullptr;
+                        gemv::pack_expert(b, s, shape, swiglu_pairs, o, exponents);
                       });
 }
 

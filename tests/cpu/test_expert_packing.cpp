@@ -77,8 +77,8 @@ TEST(ExpertPacking, ParallelGemvLayoutEqualsEachExpertPackedAlone) {
     for (const bool w4a8 : {false, true}) {
       std::vector<uint8_t> want(expert_bytes * experts, 0x5A);
       for (int e = 0; e < experts; ++e)
-        gemv::pack_expert(c.blocks.data() + e * rows * kblocks * 16, c.scales.data() + e * rows * kblocks, shape, swiglu,
-                          want.data() + e * expert_bytes, w4a8 ? exponents.data() + e * rows : nullptr);
+        gemv::pack_expert(c.blocks.data() + e * rows * kblocks * 16, c.scales.data() + e * rows * kblocks, shape,
+                          swiglu, want.data() + e * expert_bytes, w4a8 ? exponents.data() + e * rows : nullptr);
       for (const unsigned threads : {1u, 3u, 0u}) {
         const HostBytes got = pack_gemv_experts(c.blocks, c.scales, experts, shape, swiglu, threads,
                                                 w4a8 ? std::span<const int8_t>(exponents) : std::span<const int8_t>());

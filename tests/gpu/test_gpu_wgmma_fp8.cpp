@@ -123,15 +123,10 @@ struct Routing {
   int32_t active_count = 0;
 };
 
-Routing random_routing(int64_t tokens, int experts, int top_k, int used, std::mt19937_64& rng) {
+// The routing of pairs whose experts are pair_expert (each pair's row in expert order, stable), with
+// random routing weights.
+Routing sorted_routing(const std::vector<int32_t>& pair_expert, int experts, std::mt19937_64& rng) {
   Routing r;
-  std::vector<int32_t> pair_expert(static_cast<size_t>(tokens * top_k));
-  std::vector<int> pool(static_cast<size_t>(used));
-  for (int64_t t = 0; t < tokens; ++t) {
-    std::iota(pool.begin(), pool.end(), 0);
-    std::shuffle(pool.begin(), pool.end(), rng);
-    for (int j = 0; j < top_k; ++j) pair_expert[t * top_k + j] = pool[j];
-  }
   r.expert_offsets.assign(static_cast<size_t>(experts) + 1, 0);
   for (const int32_t e : pair_expert) ++r.expert_offsets[e + 1];
   for (int e = 0; e < experts; ++e) r.expert_offsets[e + 1] += r.expert_offsets[e];
@@ -147,25 +142,23 @@ Routing random_routing(int64_t tokens, int experts, int top_k, int used, std::mt
   return r;
 }
 
-// kWidthCounts's routing: top_k 1, token t to the expert whose range holds it, shuffled token order.
+Routing random_routing(int64_t tokens, int experts, int top_k, int used, std::mt19937_64& rng) {
+  std::vector<int32_t> pair_expert(static_cast<size_t>(tokens * top_k));
+  std::vector<int> pool(static_cast<size_t>(used));
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::iota(pool.begin(), pool.end(), 0);
+    std::shuffle(pool.begin(), pool.end(), rng);
+    for (int j = 0; j < top_k; ++j) pair_expert[t * top_k + j] = pool[j];
+  }
+  return sorted_routing(pair_expert, experts, rng);
+}
+
+// kWidthCounts's routing: top_k 1, expert e taking kWidthCounts[e] tokens, in shuffled token order.
 Routing width_routing(std::mt19937_64& rng) {
   std::vector<int32_t> pair_expert;
   for (int e = 0; e < kWidthExperts; ++e) pair_expert.insert(pair_expert.end(), kWidthCounts[e], e);
   std::shuffle(pair_expert.begin(), pair_expert.end(), rng);
-  Routing r;
-  r.expert_offsets.assign(kWidthExperts + 1, 0);
-  for (const int32_t e : pair_expert) ++r.expert_offsets[e + 1];
-  for (int e = 0; e < kWidthExperts; ++e) r.expert_offsets[e + 1] += r.expert_offsets[e];
-  r.row_pair.resize(pair_expert.size());
-  std::vector<int32_t> fill(r.expert_offsets.begin(), r.expert_offsets.end() - 1);
-  for (int32_t p = 0; p < static_cast<int32_t>(pair_expert.size()); ++p) r.row_pair[fill[pair_expert[p]]++] = p;
-  for (int e = 0; e < kWidthExperts; ++e)
-    if (kWidthCounts[e] > 0) r.active.push_back(e);
-  r.active_count = static_cast<int32_t>(r.active.size());
-  std::uniform_real_distribution<float> weight(0.05f, 1.f);
-  r.pair_weights.resize(pair_expert.size());
-  for (auto& w : r.pair_weights) w = weight(rng);
-  return r;
+  return sorted_routing(pair_expert, kWidthExperts, rng);
 }
 
 int expert_of_row(const Routing& r, int64_t row) {

@@ -114,25 +114,29 @@ __device__ __forceinline__ void wgmma_fence_operands(float (&d)[kRegs]) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %5, 0;\nwgmma.mma_async.sync.aligned." shape_types \
                " {" MXMOE_WGMMA_D##R "}, {%0,%1,%2,%3}, %4, p, 1, 1" tail ";\n}\n"                   \
                : "+r"(a0), "+r"(a1), "+r"(a2), "+r"(a3), "+l"(desc), "+r"(scale_d), MXMOE_WGMMA_F##R)
+// The body of a wgmma_rs_* template: the wgmma of width kN (8 to 64 in steps of 8, 96 or 128) whose shape
+// ends in `k_types` (e.g. "k16.f32.bf16.bf16"), accumulating into d.
+#define MXMOE_WGMMA_RS_WIDTHS(k_types, tail)                                                       \
+  static_assert((kN % 8 == 0 && kN <= 64) || kN == 96 || kN == 128, "a wgmma width of this family"); \
+  uint32_t scale_d = 1;                                                                            \
+  if constexpr (kN == 8) MXMOE_WGMMA_RS("m64n8" k_types, 4, tail);                                 \
+  else if constexpr (kN == 16) MXMOE_WGMMA_RS("m64n16" k_types, 8, tail);                          \
+  else if constexpr (kN == 24) MXMOE_WGMMA_RS("m64n24" k_types, 12, tail);                         \
+  else if constexpr (kN == 32) MXMOE_WGMMA_RS("m64n32" k_types, 16, tail);                         \
+  else if constexpr (kN == 40) MXMOE_WGMMA_RS("m64n40" k_types, 20, tail);                         \
+  else if constexpr (kN == 48) MXMOE_WGMMA_RS("m64n48" k_types, 24, tail);                         \
+  else if constexpr (kN == 56) MXMOE_WGMMA_RS("m64n56" k_types, 28, tail);                         \
+  else if constexpr (kN == 64) MXMOE_WGMMA_RS("m64n64" k_types, 32, tail);                         \
+  else if constexpr (kN == 96) MXMOE_WGMMA_RS("m64n96" k_types, 48, tail);                         \
+  else MXMOE_WGMMA_RS("m64n128" k_types, 64, tail)
 
 // D (64 x N, fp32) += A (64 x 16 bf16, registers) x B (N rows x 16 of K, bf16, shared memory through
 // `desc`), by the whole warpgroup. N: 8 to 64 in steps of 8, 96 or 128.
 template <int kN>
 __device__ __forceinline__ void wgmma_rs_bf16(float (&d)[kN / 2], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                               uint64_t desc) {
-  static_assert((kN % 8 == 0 && kN <= 64) || kN == 96 || kN == 128, "a wgmma width of this family");
 #if MXMOE_HAS_WGMMA
-  uint32_t scale_d = 1;  // accumulate
-  if constexpr (kN == 8) MXMOE_WGMMA_RS("m64n8k16.f32.bf16.bf16", 4, ", 0");
-  else if constexpr (kN == 16) MXMOE_WGMMA_RS("m64n16k16.f32.bf16.bf16", 8, ", 0");
-  else if constexpr (kN == 24) MXMOE_WGMMA_RS("m64n24k16.f32.bf16.bf16", 12, ", 0");
-  else if constexpr (kN == 32) MXMOE_WGMMA_RS("m64n32k16.f32.bf16.bf16", 16, ", 0");
-  else if constexpr (kN == 40) MXMOE_WGMMA_RS("m64n40k16.f32.bf16.bf16", 20, ", 0");
-  else if constexpr (kN == 48) MXMOE_WGMMA_RS("m64n48k16.f32.bf16.bf16", 24, ", 0");
-  else if constexpr (kN == 56) MXMOE_WGMMA_RS("m64n56k16.f32.bf16.bf16", 28, ", 0");
-  else if constexpr (kN == 64) MXMOE_WGMMA_RS("m64n64k16.f32.bf16.bf16", 32, ", 0");
-  else if constexpr (kN == 96) MXMOE_WGMMA_RS("m64n96k16.f32.bf16.bf16", 48, ", 0");
-  else MXMOE_WGMMA_RS("m64n128k16.f32.bf16.bf16", 64, ", 0");
+  MXMOE_WGMMA_RS_WIDTHS("k16.f32.bf16.bf16", ", 0");
 #else
   (void)d, (void)a0, (void)a1, (void)a2, (void)a3, (void)desc;
   __trap();

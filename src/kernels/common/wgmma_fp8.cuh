@@ -19,19 +19,8 @@ namespace mxmoe::kernels {
 template <int kN>
 __device__ __forceinline__ void wgmma_rs_e4m3(float (&d)[kN / 2], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                               uint64_t desc) {
-  static_assert((kN % 8 == 0 && kN <= 64) || kN == 96 || kN == 128, "a wgmma width of this family");
 #if MXMOE_HAS_WGMMA
-  uint32_t scale_d = 1;  // accumulate
-  if constexpr (kN == 8) MXMOE_WGMMA_RS("m64n8k32.f32.e4m3.e4m3", 4, "");
-  else if constexpr (kN == 16) MXMOE_WGMMA_RS("m64n16k32.f32.e4m3.e4m3", 8, "");
-  else if constexpr (kN == 24) MXMOE_WGMMA_RS("m64n24k32.f32.e4m3.e4m3", 12, "");
-  else if constexpr (kN == 32) MXMOE_WGMMA_RS("m64n32k32.f32.e4m3.e4m3", 16, "");
-  else if constexpr (kN == 40) MXMOE_WGMMA_RS("m64n40k32.f32.e4m3.e4m3", 20, "");
-  else if constexpr (kN == 48) MXMOE_WGMMA_RS("m64n48k32.f32.e4m3.e4m3", 24, "");
-  else if constexpr (kN == 56) MXMOE_WGMMA_RS("m64n56k32.f32.e4m3.e4m3", 28, "");
-  else if constexpr (kN == 64) MXMOE_WGMMA_RS("m64n64k32.f32.e4m3.e4m3", 32, "");
-  else if constexpr (kN == 96) MXMOE_WGMMA_RS("m64n96k32.f32.e4m3.e4m3", 48, "");
-  else MXMOE_WGMMA_RS("m64n128k32.f32.e4m3.e4m3", 64, "");
+  MXMOE_WGMMA_RS_WIDTHS("k32.f32.e4m3.e4m3", "");
 #else
   (void)d, (void)a0, (void)a1, (void)a2, (void)a3, (void)desc;
   __trap();

@@ -42,7 +42,7 @@ struct Fp8Shape {
   static constexpr int kWeightBytes = kTiles * gemv::kChunkBytes;
   static constexpr int kStageBytes = (kActBytes + kWeightBytes + 1023) / 1024 * 1024;
   // Two blocks per SM up to 64 rows (64 registers a thread, as the bf16 tiles; at 64 rows ptxas then
-  // serialises the wgmmas (C7512), as in the bf16 64-row tile, and the SM's 8 warpgroups hide it: on an
+  // serialises the wgmmas (C7511), as in the bf16 64-row tile, and the SM's 8 warpgroups hide it: on an
   // H200 gpt-oss-120b's layer at T = 1024 took 911-915 us at one block, 834-835 at two), one at 128.
   // Half the activation bytes of the bf16 stages leave room for 4 stages in every height.
   static constexpr int kBlocksPerSm = kRows <= 64 ? 2 : 1;
@@ -90,8 +90,8 @@ __device__ __forceinline__ void load_fp8_stage(uint8_t* stage, const Fp8Maps& ma
 
 // One chunk of one warpgroup: the warp's record decoded word by word to e4m3 (fp8_decode.cuh), word w
 // of MX block t of rows g and g+8 being K step w's A fragment (fp8_chunk_order.hpp), one wgmma of
-// N = kN (the block's first kN rows, kN <= kRows) per step, one group per step. Before step w all groups but the last are retired, so the
-// fragments of step w - 2 are free and ptxas keeps the wgmmas asynchronous (the bf16 tiles' scheme,
+// N = kN (the block's first kN rows, kN <= kRows) per step, one group per step. Before step w all groups
+// but the last are retired, so the fragments of step w - 2 are free (the bf16 tiles' scheme,
 // wgmma_tile.cuh). between(w) runs after group w is issued (the ring's release and refill). The record
 // is a W4A8 layer's: its scale bytes are the blocks' shift codes (fp8_decode.cuh).
 template <int kRows, int kN, class Between>
