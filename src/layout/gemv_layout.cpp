@@ -53,27 +53,24 @@ void pack_expert(const uint8_t* blocks, const uint8_t* scales, const PackedShape
     for (int local_row = 0; local_row < kTileRows; ++local_row) {
       const int64_t row = source_row(tile, local_row, swiglu_pairs);
       for (int64_t block = 0; block < shape.kblocks; ++block) {
-        uint8_t* words = packed + packed_weight_offset(shape, tile, local_row, block);
-        std::memcpy(words, blocks + (row * shape.kblocks + block) * 16, 16);
+        std::memcpy(packed + packed_weight_offset(shape, tile, local_row, block),
+                    blocks + (row * shape.kblocks + block) * 16, 16);
         const uint8_t scale = scales[row * shape.kblocks + block];
-        uint8_t& stored = packed[packed_scale_offset(shape, tile, local_row, block)];
-        if (fp8_exponents == nullptr) {
-          stored = scale;
-          continue;
-        }
-        stored = static_cast<uint8_t>(static_cast<int8_t>(kernels::fp8_shift_code(scale, fp8_exponents[row])));
-        for (int w = 0; w < 4; ++w) {
-          uint32_t word;
-          std::memcpy(&word, words + 4 * w, 4);
-          word = kernels::pack_e2m1x8_fp8(word);
-          std::memcpy(words + 4 * w, &word, 4);
-        }
+        packed[packed_scale_offset(shape, tile, local_row, block)] =
+            fp8_exponents == nullptr
+                ? scale
+                : static_cast<uint8_t>(static_cast<int8_t>(kernels::fp8_shift_code(scale, fp8_exponents[row])));
       }
     }
-  if (fp8_exponents != nullptr) return;
-  // Every weight word into the kernels' scattered bit order (mx_decode.cuh).
-  for (int64_t r = 0; r < shape.tiles * shape.chunks; ++r)
-    kernels::pack_e2m1_words(packed + r * kChunkBytes + kChunkScaleBytes, kChunkWeightBytes / 4);
+  // Every weight word into the kernels' bit order: pack_e2m1x8's (mx_decode.cuh), or a W4A8 record's
+  // (fp8_decode.cuh). Both keep the padding's zero words zero.
+  for (int64_t r = 0; r < shape.tiles * shape.chunks; ++r) {
+    uint8_t* words = packed + r * kChunkBytes + kChunkScaleBytes;
+    if (fp8_exponents == nullptr)
+      kernels::pack_e2m1_words(words, kChunkWeightBytes / 4, [](uint32_t w) { return kernels::pack_e2m1x8(w); });
+    else
+      kernels::pack_e2m1_words(words, kChunkWeightBytes / 4, [](uint32_t w) { return kernels::pack_e2m1x8_fp8(w); });
+  }
 }
 
 bool needs_wide_scales(const uint8_t* scales, int64_t count) {

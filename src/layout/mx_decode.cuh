@@ -49,12 +49,14 @@ MXMOE_HD uint32_t pack_e2m1x8(uint32_t q) {
       for (int b = 0; b < 4; ++b) out |= ((q >> (4 * (3 - j + 4 * h) + b)) & 1u) << kPackedBit[j][h][b];
   return out;
 }
-// Every 32-bit word of `words` little-endian words at `bytes` into the packed order (upload, host).
-inline void pack_e2m1_words(uint8_t* bytes, int64_t words) {
+// Every 32-bit word of `words` little-endian words at `bytes` through pack(word) (upload, host):
+// pack_e2m1x8, or a W4A8 record's order (fp8_decode.cuh).
+template <class Pack>
+inline void pack_e2m1_words(uint8_t* bytes, int64_t words, Pack&& pack) {
   for (int64_t w = 0; w < words; ++w) {
     uint32_t word;
     std::memcpy(&word, bytes + 4 * w, 4);
-    word = pack_e2m1x8(word);
+    word = pack(word);
     std::memcpy(bytes + 4 * w, &word, 4);
   }
 }

@@ -1,6 +1,6 @@
 // The W4A8 wgmma family's launch sequence (Precision::Fp8 on Hopper; kernels/sm90/wgmma_fp8_gemm.hpp):
-// route, the tokens quantised to e4m3 rows (one scale each, once per token) at their sorted rows, GEMM1 (bf16
-// intermediate in plain order), the intermediate quantised the same way, GEMM2 (bf16 rows), combine.
+// route, the tokens quantised to e4m3 rows (one scale each, once per token) at their sorted rows, GEMM1
+// (bf16 intermediate in plain order), the intermediate quantised the same way, GEMM2 (bf16 rows), combine.
 #include "kernels/sm90/chunk_order.hpp"
 #include "kernels/sm90/fp8_chunk_order.hpp"
 #include "kernels/sm90/wgmma_fp8_gemm.hpp"

@@ -7,6 +7,9 @@
 
 namespace mxmoe::sm90 {
 
+// S::kNarrowPaths at most, in every tile shape (the launches' maps hold one per path).
+inline constexpr int kMaxNarrowPaths = 5;
+
 // The narrowest path of shape S whose width covers `rows`.
 template <class S>
 __device__ __forceinline__ int narrowest_path(int rows) {

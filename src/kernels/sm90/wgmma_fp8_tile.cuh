@@ -33,8 +33,6 @@ constexpr int kTiles = kWarps;  // one 16-row weight tile per warp
 static_assert(kTiles * gemv::kTileRows == kBlockWeightRows, "a 16-row weight tile per warp");
 constexpr int kLineBytes = 128;  // one swizzle line: a chunk's 128 e4m3 of one row
 
-inline constexpr int kMaxFp8NarrowPaths = 5;  // Fp8Shape::kNarrowPaths at most
-
 template <int kRows>
 struct Fp8Shape {
   static_assert(kRows % 8 == 0, "whole 8-row swizzle groups");
@@ -56,7 +54,7 @@ struct Fp8Shape {
     return kRows == 32 ? 8 + 8 * path : kRows == 64 ? 24 + 8 * path : 64 + 32 * path;
   }
   static constexpr int path_n(int path) { return path < kNarrowPaths ? narrow_n(path) : kRows; }
-  static_assert(kNarrowPaths <= kMaxFp8NarrowPaths, "Fp8Maps holds a map per narrower path");
+  static_assert(kNarrowPaths <= kMaxNarrowPaths, "Fp8Maps holds a map per narrower path");
   static_assert(kNarrowPaths == 0 || (narrow_n(kNarrowPaths - 1) < kRows && narrow_n(0) % 8 == 0),
                 "narrower paths are narrower, in whole 8-row swizzle groups");
 };
@@ -65,7 +63,7 @@ struct Fp8Shape {
 struct Fp8Maps {
   CUtensorMap weights;  // 3D: 136 x 8 bytes, chunks, experts x tiles; box {136, 1, 16}
   CUtensorMap act;      // 2D bytes: K padded to whole chunks, rows; box {128, rows}, 128-byte swizzle
-  CUtensorMap act_narrow[kMaxFp8NarrowPaths];  // the same with box {128, N} per narrower path; zero past the tile's
+  CUtensorMap act_narrow[kMaxNarrowPaths];  // the same with box {128, N} per narrower path; zero past the tile's
 };
 
 #if MXMOE_HAS_WGMMA

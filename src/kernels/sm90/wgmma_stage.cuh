@@ -17,11 +17,10 @@
 
 #include "kernels/common/record_map.hpp"
 #include "kernels/common/tma.cuh"
+#include "kernels/sm90/narrow_paths.cuh"
 #include "layout/gemv_layout.hpp"
 
 namespace mxmoe::sm90 {
-
-inline constexpr int kMaxNarrowPaths = 5;  // WgShape::kNarrowPaths at most
 
 // The descriptors of a launch (kernel parameter, __grid_constant__).
 struct WgmmaMaps {
