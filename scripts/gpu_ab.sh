@@ -6,7 +6,8 @@
 #          with both binaries at each T of RUN_TOKENS: the output hashes must be equal (same.txt);
 #   bench  `mxmoe bench` alternating old and new, ROUNDS times per model (ab_<model>.txt, ab_*.json).
 # Usage: scripts/gpu_ab.sh OLD_DIR OUT_DIR   env: STEPS ("build same bench"), MODELS ("120b 20b"), ROUNDS (2),
-#   RUN_TOKENS ("1 2 3 4 8 16 64 256 1000 4096"), BENCH_TOKENS (1,4,16,64,256,1024,4096), NEW, ARCHS (90a)
+#   RUN_TOKENS ("1 2 3 4 8 16 64 256 1000 4096"), BENCH_TOKENS (1,4,16,64,256,1024,4096), NEW, ARCHS (90a),
+#   ARGS (more options for both `run` and `bench`, e.g. "--precision fp8")
 set -uo pipefail
 cd "$(dirname "$0")/.."
 old_dir=$(cd "$1" && pwd)
@@ -27,8 +28,8 @@ if [[ $steps == *" same "* ]]; then
     ckpt=/tmp/ab_ckpt_$model
     [[ -d $ckpt ]] || "$new" gen-checkpoint --preset "gpt-oss-$model" --layers 1 --out "$ckpt" --seed 11 >/dev/null || exit 1
     for t in ${RUN_TOKENS:-1 2 3 4 8 16 64 256 1000 4096}; do
-      a=$("$old" run --checkpoint "$ckpt" --layer 0 --tokens "$t" --seed 5 | grep -E '^(plan|output):' | tr '\n' ' ')
-      b=$("$new" run --checkpoint "$ckpt" --layer 0 --tokens "$t" --seed 5 | grep -E '^(plan|output):' | tr '\n' ' ')
+      a=$("$old" run --checkpoint "$ckpt" --layer 0 --tokens "$t" --seed 5 ${ARGS:-} | grep -E '^(plan|output):' | tr '\n' ' ')
+      b=$("$new" run --checkpoint "$ckpt" --layer 0 --tokens "$t" --seed 5 ${ARGS:-} | grep -E '^(plan|output):' | tr '\n' ' ')
       hash_a=${a##*fnv1a } hash_b=${b##*fnv1a }
       verdict=same
       [[ ${hash_a%% *} == "${hash_b%% *}" && -n ${hash_a%% *} ]] || { verdict=DIFFERENT; status=1; }
@@ -43,7 +44,7 @@ if [[ $steps == *" bench "* ]]; then
         bin=$old
         [[ $side == new ]] && bin=$new
         echo "== gpt-oss-$model round $round $side" | tee -a "$out/ab_$model.txt"
-        "$bin" bench --preset "gpt-oss-$model" --tokens "${BENCH_TOKENS:-1,4,16,64,256,1024,4096}" \
+        "$bin" bench --preset "gpt-oss-$model" ${ARGS:-} --tokens "${BENCH_TOKENS:-1,4,16,64,256,1024,4096}" \
           --json "$out/ab_${model}_${side}_$round.json" 2>>"$out/ab_bench.err" | tee -a "$out/ab_$model.txt" || status=1
       done
     done

@@ -24,7 +24,7 @@ struct PlanOverride {
   std::optional<MmaTileChoice> mma_tile;      // mma=16|32|64|swap16|...|wgmma128|fp8wgmma32|fp8wgmma64|fp8wgmma128
   std::optional<bool> wgmma;                  // wgmma=0: never the wgmma tiles (1: allowed, the default)
   std::optional<int> gemv_batch_rows;         // batch=8|16: GEMV rows per weight pass
-  std::optional<int> gemv_ksplit;             // ksplit=1|2|4|8: GEMV split-K of both GEMMs (8-row batches)
+  std::optional<int> gemv_ksplit;             // ksplit=1|2|4|8: split-K of both GEMMs (GEMV 8-row batches; W4A8 wgmma clusters)
   std::optional<int> gemv_stages;             // stages=2|3: GEMV weight ring depth
   std::optional<bool> gemv_counted;           // counted=0|1: GEMV GEMM2 per slot as GEMM1 ends it
   std::optional<int> local_route_tokens;      // local_route=0..4: the largest T routed inside the GEMMs

@@ -29,7 +29,7 @@ void run_wgmma_fp8(const GpuLayer& layer, const plan::Plan& p, const ForwardArgs
   a.k = static_cast<int>(sm90::padded_k(c.hidden));  // bytes per e4m3 row
   a.out = ws.intermediate;
   sm90::launch_wgmma_fp8<true>(a, {layer.w1.row_exponents.get<int8_t>(), scales1}, f.tokens, p.max_active, rows,
-                               f.stream);
+                               p.ksplit1, f.stream);
   if (f.stages < 3) return;
   const int64_t pitch = sm90::padded_k(c.intermediate);
   sm90::quantize_rows_e4m3(static_cast<const uint16_t*>(ws.intermediate), pitch, ws.mx_codes2, scales2, pairs,
@@ -39,7 +39,7 @@ void run_wgmma_fp8(const GpuLayer& layer, const plan::Plan& p, const ForwardArgs
   a.k = static_cast<int>(pitch);
   a.out = ws.expert_rows;
   sm90::launch_wgmma_fp8<false>(a, {layer.w2.row_exponents.get<int8_t>(), scales2}, f.tokens, p.max_active, rows,
-                                f.stream);
+                                p.ksplit2, f.stream);
   if (f.stages < 4) return;
   combine_expert_rows(layer, f, true);  // GEMM2 writes bf16 rows
 }

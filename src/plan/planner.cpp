@@ -11,6 +11,7 @@
 #include "layout/gemv_layout.hpp"
 #include "kernels/mma/mma_gemm.hpp"
 #include "kernels/mma/mx_gemm.hpp"
+#include "kernels/sm90/wgmma_fp8_gemm.hpp"
 #include "kernels/sm90/wgmma_gemm.hpp"
 #include "mxmoe/error.hpp"
 #include "plan/preferences.hpp"
@@ -69,6 +70,18 @@ int choose_gemv_ksplit(const DeviceCaps& caps, int tiles, int chunks, int max_ac
     if (cost < best_cost) best = ksplit, best_cost = cost;
   }
   return best;
+}
+
+// Split the W4A8 tiles' K where a GEMM's blocks leave resident slots empty (gpt-oss-120b at T = 1: 92 and
+// 48 blocks of the 32-row tile on 264 slots). The largest split whose blocks still run in one wave, at
+// most kMaxSplits and 2 chunks a split: a second, partial wave costs a whole block's time. Forced sweep on
+// an H200 at T = 1 (us, GEMM1 / GEMM2 with their quantisers; docs/fp8.md): 1 way 25.9 / 24.3, 2 ways
+// 24.8 / 18.0, 4 ways 26.7 (two waves) / 17.1, 8 ways 36.6 / 22.1 (both two waves); this rule picks 2 / 5.
+int choose_fp8_splits(const DeviceCaps& caps, int rows, int64_t tile_sets, int chunks) {
+  const int64_t slots = int64_t{caps.sm_count} * sm90::wgmma_fp8_blocks_per_sm(rows);
+  if (tile_sets <= 0) return 1;
+  const int64_t most = std::min<int64_t>(sm90::kMaxSplits, std::max(chunks / 2, 1));
+  return static_cast<int>(std::clamp<int64_t>(slots / tile_sets, 1, most));
 }
 
 Planner::Planner(PlannerInput input) : in_(std::move(input)) {
@@ -213,17 +226,33 @@ void Planner::choose_tile(double rows, Plan& p) const {
 // The W4A8 tiles at every T (the precision fixes the numerics, not the batch): the bf16 wgmma rows of
 // the preference table (preferences.cpp), the narrowest one below them. A forced sweep on an H200 found
 // them the fastest W4A8 tile at each T (docs/fp8.md).
-void Planner::choose_fp8_tile(double rows, Plan& p) const {
+void Planner::choose_fp8_tile(int64_t tokens, double rows, Plan& p) const {
   p.family = Family::WgmmaFp8;
   if (const auto& forced = in_.force.mma_tile) {  // checked at construction: an fp8 tile this build has
     p.m_tiles = forced->rows / 16;
-    return;
+  } else {
+    const TilePreference* pick = nullptr;
+    for (const TilePreference& row : tile_preferences(true))
+      if (row.family == Family::Wgmma && (pick == nullptr || rows >= row.min_rows)) pick = &row;
+    const int tile = 16 * pick->m_tiles;
+    p.m_tiles = (kernels::tile_built(kernels::TileFamily::WgmmaFp8, tile) ? tile : 32) / 16;
   }
-  const TilePreference* pick = nullptr;
-  for (const TilePreference& row : tile_preferences(true))
-    if (row.family == Family::Wgmma && (pick == nullptr || rows >= row.min_rows)) pick = &row;
-  const int tile = 16 * pick->m_tiles;
-  p.m_tiles = (kernels::tile_built(kernels::TileFamily::WgmmaFp8, tile) ? tile : 32) / 16;
+  // Split-K per GEMM, in the tile that has it: the launch's blocks are its possible m-tiles x 256-row
+  // weight blocks (wgmma_fp8_gemm_kernel.cu); MXMOE_PLAN ksplit= forces both (the other tiles ignore it,
+  // as the GEMV's 16-row batches do).
+  const MoeConfig& cfg = in_.config;
+  const int rows_per_block = 16 * p.m_tiles;
+  p.ksplit1 = p.ksplit2 = 1;
+  if (!sm90::wgmma_fp8_splits_built(rows_per_block)) return;
+  const int64_t m_blocks = tokens * cfg.top_k / rows_per_block + p.max_active;  // routing::m_tiles_bound
+  const auto splits = [&](int64_t weight_rows, int k) {
+    const int64_t weight_blocks = (weight_rows + sm90::kBlockWeightRows - 1) / sm90::kBlockWeightRows;
+    const int chunks = (k + gemv::kChunkK - 1) / gemv::kChunkK;
+    if (const auto& forced = in_.force.gemv_ksplit) return std::min(*forced, chunks);
+    return choose_fp8_splits(in_.caps, rows_per_block, m_blocks * weight_blocks, chunks);
+  };
+  p.ksplit1 = splits(2 * int64_t{cfg.intermediate}, cfg.hidden);
+  p.ksplit2 = splits(cfg.hidden, cfg.intermediate);
 }
 
 void Planner::choose_gemv(int64_t tokens, double rows, Plan& p) const {
@@ -266,7 +295,7 @@ Plan Planner::plan(int64_t tokens) const {
     return p;
   }
   const double rows = rows_per_expert(tokens);
-  if (in_.precision == Precision::Fp8) choose_fp8_tile(rows, p);
+  if (in_.precision == Precision::Fp8) choose_fp8_tile(tokens, rows, p);
   else if (uses_tensor_cores(rows)) choose_tile(rows, p);
   else choose_gemv(tokens, rows, p);
   return p;

@@ -63,7 +63,7 @@ class Planner {
   bool uses_tensor_cores(double rows) const;
   void choose_tile(double rows, Plan& p) const;
   void choose_gemv(int64_t tokens, double rows, Plan& p) const;
-  void choose_fp8_tile(double rows, Plan& p) const;
+  void choose_fp8_tile(int64_t tokens, double rows, Plan& p) const;
 
   PlannerInput in_;
   std::vector<std::string> notes_;
@@ -77,5 +77,7 @@ class Planner {
 // The GEMV split-K for a matrix of `tiles` 16-row tiles and `chunks` K chunks over `max_active` expert
 // slots (8-row batches).
 int choose_gemv_ksplit(const DeviceCaps& caps, int tiles, int chunks, int max_active);
+// The W4A8 tiles' split-K for `tile_sets` blocks of the `rows`-row tile over `chunks` K chunks.
+int choose_fp8_splits(const DeviceCaps& caps, int rows, int64_t tile_sets, int chunks);
 
 }  // namespace mxmoe::plan

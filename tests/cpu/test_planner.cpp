@@ -10,6 +10,7 @@
 #include "kernels/gemv/gemv.hpp"
 #include "kernels/mma/mma_gemm.hpp"
 #include "kernels/mma/mx_gemm.hpp"
+#include "kernels/sm90/wgmma_fp8_gemm.hpp"
 #include "kernels/sm90/wgmma_gemm.hpp"
 #include "plan/tune_table.hpp"
 #include "mxmoe/config.hpp"
@@ -331,6 +332,54 @@ TEST(Planner, Fp8PlansTheW4a8TilesOnHopperAndIsRefusedWhereTheyCannotRun) {
     in.backend = Backend::Mx;  // the MXFP8 path
     EXPECT_EQ(Planner(in).plan(1024).family, Family::Mx) << target;
   }
+}
+
+// The W4A8 tiles' split-K: at decode sizes each GEMM's K is shared by as many blocks of a cluster as
+// still run in one wave on the target (gpt-oss-120b at T = 1 on 132 SMs, 2 blocks each: GEMM1's 92
+// blocks 2 ways, GEMM2's 48 blocks 5 ways), never past kMaxSplits or 2 chunks a split; none once a
+// GEMM's blocks fill the SMs; only in the 32-row tile (the one that runs at decode sizes); forced by ksplit=.
+TEST(Planner, Fp8SplitsKWhereTheBlocksLeaveSlotsEmpty) {
+  for (const std::string model : {"gpt-oss-20b", "gpt-oss-120b"}) {
+    const MoeConfig c = MoeConfig::preset(model);
+    for (const std::string target : {"h100", "h200"}) {
+      PlannerInput in = input_for(target, c);
+      in.precision = Precision::Fp8;
+      const Planner fp8(in);
+      const Plan one = fp8.plan(1);
+      EXPECT_EQ(one.ksplit1, 2) << model << " " << target;
+      EXPECT_EQ(one.ksplit2, 5) << model << " " << target;
+      EXPECT_NE(one.to_string().find("split-K 2 / 5 (clusters)"), std::string::npos) << one.to_string();
+      for (const int64_t t : {1, 2, 3, 4, 8, 16, 64, 256, 1024, 4096}) {
+        const Plan p = fp8.plan(t);
+        const int rows = 16 * p.m_tiles;
+        const int64_t slots = int64_t{target_caps(target).sm_count} * sm90::wgmma_fp8_blocks_per_sm(rows);
+        const int64_t m_blocks = t * c.top_k / rows + p.max_active;
+        const int64_t blocks1 = m_blocks * ((2 * c.intermediate + 255) / 256), blocks2 = m_blocks * ((c.hidden + 255) / 256);
+        for (const auto& [split, blocks] : {std::pair{p.ksplit1, blocks1}, std::pair{p.ksplit2, blocks2}}) {
+          EXPECT_GE(split, 1);
+          EXPECT_LE(split, sm90::kMaxSplits);
+          EXPECT_LE(split * 2, 23) << "at least 2 chunks a split";
+          if (split > 1) EXPECT_LE(split * blocks, slots) << model << " T = " << t << ": one wave";
+          EXPECT_EQ(split > 1, rows == sm90::kSplitRows && blocks * 2 <= slots)
+              << model << " T = " << t << ": split where a second block fits";
+        }
+      }
+      EXPECT_EQ(fp8.plan(16).ksplit1, 1);
+      EXPECT_EQ(fp8.plan(4096).ksplit2, 1);
+      PlannerInput forced = in;
+      forced.force = parse_plan_override("ksplit=8", "MXMOE_PLAN");
+      EXPECT_EQ(Planner(forced).plan(16).ksplit1, 8);
+      EXPECT_EQ(Planner(forced).plan(1).ksplit2, 8);
+      EXPECT_EQ(Planner(forced).plan(4096).ksplit1, 1) << "the 128-row tile has no split-K";
+    }
+  }
+  // On a smaller GPU the same layer splits less (GB10's 48 SMs have no W4A8 tiles; the rule itself).
+  EXPECT_EQ(choose_fp8_splits(target_caps("h200"), 32, 92, 23), 2);
+  EXPECT_EQ(choose_fp8_splits(target_caps("h200"), 32, 48, 23), 5);
+  EXPECT_EQ(choose_fp8_splits(target_caps("h200"), 32, 10, 23), 8);   // at most kMaxSplits
+  EXPECT_EQ(choose_fp8_splits(target_caps("h200"), 32, 10, 5), 2);    // at least 2 chunks a split
+  EXPECT_EQ(choose_fp8_splits(target_caps("h200"), 128, 92, 23), 1);  // one block per SM: 132 slots
+  EXPECT_EQ(choose_fp8_splits(target_caps("h200"), 32, 0, 23), 1);
 }
 
 }  // namespace

@@ -76,7 +76,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Fp8LayerCase{"t200_k1088", make_config(32, 4, 1088, 1088), 200, false}),
     [](const auto& info) { return std::string(info.param.name); });
 
-// Eager twice and a graph replay give the same bits.
+// Eager twice and a graph replay give the same bits: at T = 1 and 2 with the planned split-K (on an H100
+// or H200: 2 / 5 and 1 / 2 ways), at T = 67 without.
 TEST(GpuFp8LayerDeterminism, EagerTwiceAndGraphReplayAgree) {
   MXMOE_SKIP_WITHOUT_GPU();
   if (!w4a8_runs()) GTEST_SKIP() << "the W4A8 wgmma tiles do not run here";
@@ -85,15 +86,17 @@ TEST(GpuFp8LayerDeterminism, EagerTwiceAndGraphReplayAgree) {
   std::mt19937_64 rng(seed);
   const MoeConfig cfg = MoeConfig::preset("gpt-oss-20b");
   const MoeLayerData layer = MoeLayerData::random(cfg, seed);
-  const int64_t tokens = 67;
-  const auto hidden = random_hidden(tokens, cfg.hidden, rng);
-  const auto logits = random_logits(tokens, cfg.num_experts, rng);
   RunnerOptions options = gemv_options(128, Backend::Auto);
   options.precision = Precision::Fp8;
   const MoeRunner runner(cfg, layer.view(), options);
-  const auto first = run_on_gpu(runner, hidden, logits, tokens);
-  EXPECT_EQ(first, run_on_gpu(runner, hidden, logits, tokens)) << "two eager runs differ";
-  EXPECT_EQ(first, run_graph_replay(runner, hidden, logits, tokens)) << "graph replay differs from eager";
+  for (const int64_t tokens : {1, 2, 67}) {
+    SCOPED_TRACE("T = " + std::to_string(tokens) + ": " + runner.describe_plan(tokens));
+    const auto hidden = random_hidden(tokens, cfg.hidden, rng);
+    const auto logits = random_logits(tokens, cfg.num_experts, rng);
+    const auto first = run_on_gpu(runner, hidden, logits, tokens);
+    EXPECT_EQ(first, run_on_gpu(runner, hidden, logits, tokens)) << "two eager runs differ";
+    EXPECT_EQ(first, run_graph_replay(runner, hidden, logits, tokens)) << "graph replay differs from eager";
+  }
 }
 
 }  // namespace

@@ -213,6 +213,7 @@ struct Check {
 struct Fp8Param {
   int rows;  // the tile's
   Fp8Case c;
+  int splits = 1;  // blocks sharing a tile set's K (split_k.cuh)
 };
 
 class GpuWgmmaFp8 : public ::testing::TestWithParam<Fp8Param> {};
@@ -276,9 +277,17 @@ void run_case(const Fp8Param& param) {
   a.act = reinterpret_cast<const uint16_t*>(d_act.get<uint8_t>());
   a.out = d_out.get();
   const sm90::Fp8Operands fp8{dw.exponents.get<int8_t>(), d_scales.get<float>()};
-  sm90::launch_wgmma_fp8<kGemm1>(a, fp8, c.tokens, std::max(route.active_count, 1), param.rows, nullptr);
-  MXMOE_CUDA_CHECK(cudaDeviceSynchronize());
-  const auto out = to_host<uint16_t>(d_out, static_cast<size_t>(rows * out_pitch));
+  const auto launch = [&] {
+    sm90::launch_wgmma_fp8<kGemm1>(a, fp8, c.tokens, std::max(route.active_count, 1), param.rows, param.splits, nullptr);
+    MXMOE_CUDA_CHECK(cudaDeviceSynchronize());
+    return to_host<uint16_t>(d_out, static_cast<size_t>(rows * out_pitch));
+  };
+  const auto out = launch();
+  // Split-K adds the ranks' partial sums in a fixed order: a second launch gives the same bits.
+  if (param.splits > 1) {
+    MXMOE_CUDA_CHECK(cudaMemset(d_out.get(), 0xFF, d_out.bytes()));
+    EXPECT_EQ(launch(), out) << "split-K " << param.splits << ": two launches differ";
+  }
 
   // The CPU side: each sorted row's activations through row_round_trip, against every weight row.
   const int outputs = kGemm1 ? c.n / 2 : c.n;
@@ -318,9 +327,10 @@ void run_case(const Fp8Param& param) {
   for (int64_t r = 0; r < rows; ++r)
     for (int o = 0; o < outputs; ++o)
       check.add(r * outputs + o, bf16_to_float(out[r * out_pitch + o]), ref[r * outputs + o], bound[r * outputs + o]);
-  std::printf("  %s, %d-row tile, T = %lld, K = %d, N = %d: relative L2 %.3g, worst |out - ref| / bound %.3g\n",
-              kGemm1 ? "GEMM1" : "GEMM2", param.rows, static_cast<long long>(c.tokens), c.k, c.n, check.rel_l2(),
-              check.worst_ratio);
+  std::printf("  %s, %d-row tile, split-K %d, T = %lld, K = %d, N = %d: relative L2 %.3g, worst |out - ref| / "
+              "bound %.3g\n",
+              kGemm1 ? "GEMM1" : "GEMM2", param.rows, param.splits, static_cast<long long>(c.tokens), c.k, c.n,
+              check.rel_l2(), check.worst_ratio);
   EXPECT_EQ(check.bad, 0) << "first at row " << check.first_bad / std::max(outputs, 1) << ", output "
                           << check.first_bad % std::max(outputs, 1) << ": "
                           << (check.first_bad < 0 ? 0.0 : bf16_to_float(out[check.first_bad / outputs * out_pitch +
@@ -363,13 +373,18 @@ std::vector<Fp8Param> params() {
   std::vector<Fp8Param> out;
   for (const int rows : {32, 64, 128})
     for (const Fp8Case& c : cases) out.push_back({rows, c});
+  // Split-K (the 32-row tile's, planned at decode sizes): 3 ways (23 chunks as 7, 8, 8) and the most, 8 (2
+  // or 3 chunks each), on the small and the odd cases and every path width.
+  for (const int splits : {3, sm90::kMaxSplits})
+    for (const Fp8Case& c : {cases[1], cases[2], cases[3], cases[5]}) out.push_back({sm90::kSplitRows, c, splits});
   return out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiles, GpuWgmmaFp8, ::testing::ValuesIn(params()), [](const auto& info) {
   const Fp8Param& p = info.param;
   return "fp8wgmma" + std::to_string(p.rows) + "_T" + std::to_string(p.c.tokens) + "_k" + std::to_string(p.c.k) +
-         "_n" + std::to_string(p.c.n) + (p.c.every_width ? "_every_width" : "");
+         "_n" + std::to_string(p.c.n) + (p.c.every_width ? "_every_width" : "") +
+         (p.splits > 1 ? "_split" + std::to_string(p.splits) : "");
 });
 
 TEST(GpuWgmmaFp8Errors, RejectsBadArguments) {
@@ -381,10 +396,13 @@ TEST(GpuWgmmaFp8Errors, RejectsBadArguments) {
   int8_t exponent = 0;
   float scale = 1.f;
   const sm90::Fp8Operands some{&exponent, &scale};
-  expect_error_naming([&] { sm90::launch_wgmma_fp8<true>(a, some, 1, 1, 48, nullptr); }, "rows must be");
-  expect_error_naming([&] { sm90::launch_wgmma_fp8<true>(a, some, 1, 1, 64, nullptr); }, "whole chunks");
+  expect_error_naming([&] { sm90::launch_wgmma_fp8<true>(a, some, 1, 1, 48, 1, nullptr); }, "rows must be");
+  expect_error_naming([&] { sm90::launch_wgmma_fp8<true>(a, some, 1, 1, 64, 1, nullptr); }, "whole chunks");
+  for (const int splits : {0, sm90::kMaxSplits + 1})
+    expect_error_naming([&] { sm90::launch_wgmma_fp8<true>(a, some, 1, 1, 64, splits, nullptr); }, "splits must be");
+  expect_error_naming([&] { sm90::launch_wgmma_fp8<true>(a, some, 1, 1, 128, 2, nullptr); }, "32-row tile only");
   a.k = 2944;
-  expect_error_naming([&] { sm90::launch_wgmma_fp8<false>(a, none, 1, 1, 64, nullptr); }, "row exponents");
+  expect_error_naming([&] { sm90::launch_wgmma_fp8<false>(a, none, 1, 1, 64, 1, nullptr); }, "row exponents");
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include "common/bf16_pack.cuh"
 #include "kernels/common/bulk_copy.cuh"
+#include "kernels/common/cluster.cuh"
 #include "kernels/gemv/gemv.hpp"
 #include "kernels/gemv/gemv_block.cuh"
 #include "layout/gemv_layout.hpp"
@@ -30,23 +31,17 @@ __device__ __forceinline__ ClusterRows& cluster_rows() {
   return rows;
 }
 
-// The cluster barrier. Phase 1 (arrive relaxed at the start, wait before the first remote store):
-// every block of the cluster has started, so its shared memory may be written. Phase 2 (arrive with
-// release after the stores, rank 0 waits with acquire): the rows are in rank 0's shared memory. A
-// block that exits counts as arrived (PTX `exit`), so the inactive slots' blocks may leave at once.
-__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory"); }
-__device__ __forceinline__ void cluster_arrive_release() { asm volatile("barrier.cluster.arrive.release;\n" ::: "memory"); }
-__device__ __forceinline__ void cluster_wait_acquire() { asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory"); }
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
+// The cluster barrier (kernels/common/cluster.cuh) in two phases. Phase 1 (arrive relaxed at the start,
+// wait before the first remote store): every block of the cluster has started, so its shared memory may
+// be written. Phase 2 (arrive with release after the stores, rank 0 waits with acquire): the rows are in
+// rank 0's shared memory. The inactive slots' blocks may leave at once (an exited block has arrived).
+using kernels::cluster_arrive_relaxed;
+using kernels::cluster_arrive_release;
+using kernels::cluster_rank;
+using kernels::cluster_wait_acquire;
 
 __device__ __forceinline__ void store_rank0_f32(uint32_t local_addr, float v) {
-  uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, 0;\n" : "=r"(remote) : "r"(local_addr));
-  asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(remote), "f"(v) : "memory");
+  kernels::cluster_store_f32(kernels::cluster_map(local_addr, 0), v);
 }
 
 // GEMM2's epilogue for one warp's tile (for_each_gemm2_output's values) into rank 0's rows: batch row r

@@ -67,13 +67,13 @@ __global__ void __launch_bounds__(kThreads)
     for (int w = 0; w < kWarps; ++w) amax = fmaxf(amax, warp_amax[w]);
     // As fp8::row_round_trip: the scale amax / 448 (IEEE division), x / scale rounded by float_to_e4m3.
     const float scale = finite ? amax / kE4m3Max : __int_as_float(0x7FC00000);
-    // f(r) for each destination row r (pair_row's entries stay in L1 after the first group).
-    auto for_each_dest = [&](auto&& f) {
-      if (pair_row == nullptr) return f(row);
-      for (int j = 0; j < top_k; ++j)
-        if (const int32_t r = pair_row[row * top_k + j]; r >= 0) f(int64_t{r});
-    };
-    if (threadIdx.x == 0) for_each_dest([&](int64_t r) { scales[r] = scale; });
+    // Destination j of the row's `dests` (pair_row's entries stay in L1 after the first group); a plain
+    // loop at each use, since a lambda's captures taken by address spilled to local memory.
+    const int dests = pair_row == nullptr ? 1 : top_k;
+    const auto dest = [&](int j) { return pair_row == nullptr ? row : int64_t{pair_row[row * top_k + j]}; };
+    if (threadIdx.x == 0)
+      for (int j = 0; j < dests; ++j)
+        if (const int64_t r = dest(j); r >= 0) scales[r] = scale;
     for (int i = threadIdx.x; i < groups; i += kThreads) {
       uint32_t a = 0, b = 0;  // bytes [e0, e3, e1, e2] and [e4, e7, e5, e6] of the group (fp8_chunk_order.hpp)
       if (!finite) {
@@ -89,11 +89,13 @@ __global__ void __launch_bounds__(kThreads)
       }
       const int chunk = i >> 4, q = (i >> 2) & 3, w = i & 3;
       const int at = chunk * gemv::kChunkK + 32 * w + 4 * q;
-      for_each_dest([&](int64_t r) {
+      for (int j = 0; j < dests; ++j) {
+        const int64_t r = dest(j);
+        if (r < 0) continue;  // a dropped pair
         uint8_t* line = out + r * out_pitch + at;
         *reinterpret_cast<uint32_t*>(line) = a;
         *reinterpret_cast<uint32_t*>(line + 16) = b;
-      });
+      }
     }
     __syncthreads();  // warp_amax is rewritten by the next row
   }

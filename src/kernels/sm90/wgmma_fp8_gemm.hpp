@@ -28,6 +28,15 @@ struct Fp8Operands {
   const float* act_scales = nullptr;      // [sorted rows]: quantize_rows_e4m3's scales
 };
 
+// Split-K across a thread-block cluster (split_k.cuh): at most this many blocks share a tile set's K (the
+// portable cluster size), in the 32-row tile only (the planner splits where blocks leave SMs idle: decode
+// sizes, where that tile runs).
+inline constexpr int kMaxSplits = 8;
+inline constexpr int kSplitRows = 32;
+constexpr bool wgmma_fp8_splits_built(int rows) { return rows == kSplitRows; }
+// Resident blocks per SM of the `rows`-row tile (its launch bound): two up to 64 rows, one at 128.
+constexpr int wgmma_fp8_blocks_per_sm(int rows) { return rows <= 64 ? 2 : 1; }
+
 // Whether this build has the family's tile of `rows` rows (the tile table's WgmmaFp8 rows: 32, 64, 128),
 // its dynamic shared memory, and whether the family runs on `device` (as wgmma_runs).
 bool wgmma_fp8_rows_supported(int rows);
@@ -36,9 +45,10 @@ bool wgmma_fp8_runs(int device);
 // Lets the kernels use their dynamic shared memory (idempotent); needs wgmma_fp8_runs.
 void configure_wgmma_fp8();
 // GEMM1 (+ bias + SwiGLU -> bf16 intermediate [rows, padded_k(n / 2)], plain order) or GEMM2 (+ bias,
-// times the routing weight -> bf16 rows). Programmatic dependent launch.
+// times the routing weight -> bf16 rows). `splits` blocks share each tile set's K (1: none; the plan's).
+// Programmatic dependent launch.
 template <bool kGemm1>
 void launch_wgmma_fp8(const mma::MmaArgs& args, const Fp8Operands& fp8, int64_t tokens, int max_active, int rows,
-                      cudaStream_t stream);
+                      int splits, cudaStream_t stream);
 
 }  // namespace mxmoe::sm90

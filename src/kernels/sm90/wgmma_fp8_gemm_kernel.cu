@@ -11,17 +11,22 @@
 // narrow_paths.cuh).
 #include "kernels/sm90/wgmma_fp8_tile.cuh"
 
+#include <algorithm>
 #include <string>
 
 namespace mxmoe::sm90 {
 namespace {
 
-template <bool kGemm1, int kRows>
+// kSplit: split-K over clusters of `splits` blocks (split_k.cuh), a tile set's blocks side by side; its own
+// kernel, so that the unsplit kernels stay as they were (the split's chunk range and reduction cost
+// registers: 56 -> 62 in the 32-row tile, and 1% at T = 4 to 16 on an H200).
+template <bool kGemm1, int kRows, bool kSplit>
 __global__ void __launch_bounds__(kThreads, Fp8Shape<kRows>::kBlocksPerSm)
-    wgmma_fp8_kernel(const mma::MmaArgs a, const Fp8Operands f, const __grid_constant__ Fp8Maps maps) {
+    wgmma_fp8_kernel(const mma::MmaArgs a, const Fp8Operands f, const __grid_constant__ Fp8Maps maps, const int splits) {
 #if MXMOE_HAS_WGMMA
   using S = Fp8Shape<kRows>;
   constexpr int kStages = S::kStages;
+  static_assert(kRows / 2 * 4 * kThreads <= kStages * S::kStageBytes, "the ring holds a block's partial sums");
   constexpr int kAhead = kStages - 1;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   __shared__ routing::MTile tile;
@@ -32,7 +37,12 @@ __global__ void __launch_bounds__(kThreads, Fp8Shape<kRows>::kBlocksPerSm)
   const int g = lane >> 2, t = lane & 3;
   // Blocks in m-tile-major order, as the bf16 tiles (an m-tile's weight blocks side by side).
   const int weight_blocks = (a.tiles + kTiles - 1) / kTiles;
-  const int m_tile = static_cast<int>(blockIdx.x) / weight_blocks, weight_block = static_cast<int>(blockIdx.x) % weight_blocks;
+  const int split = kSplit ? static_cast<int>(blockIdx.x) % splits : 0;
+  const int tile_set = kSplit ? static_cast<int>(blockIdx.x) / splits : static_cast<int>(blockIdx.x);
+  const int m_tile = tile_set / weight_blocks, weight_block = tile_set % weight_blocks;
+  // The block's chunks [c0, c0 + chunks) of K; i below counts them from 0.
+  const int c0 = kSplit ? split_begin(split, splits, a.chunks) : 0;
+  const int chunks = kSplit ? split_begin(split + 1, splits, a.chunks) - c0 : a.chunks;
   const int tile0 = weight_block * kTiles;
   const int my_tile = tile0 + warp;
   const bool producer = threadIdx.x == 0;
@@ -54,13 +64,13 @@ __global__ void __launch_bounds__(kThreads, Fp8Shape<kRows>::kBlocksPerSm)
   const int path = narrowest_path<S>(tile.rows);
   const CUtensorMap* act_map = path < S::kNarrowPaths ? &maps.act_narrow[path] : &maps.act;
   const uint32_t act_box_bytes = static_cast<uint32_t>(S::path_n(path)) * kLineBytes;
-  auto load = [&](int c) {
-    const int stage = c % kStages;
-    load_fp8_stage<kRows>(smem + stage * S::kStageBytes, maps, act_map, act_box_bytes, c, expert_tile0, tile.row0,
+  auto load = [&](int i) {
+    const int stage = i % kStages;
+    load_fp8_stage<kRows>(smem + stage * S::kStageBytes, maps, act_map, act_box_bytes, c0 + i, expert_tile0, tile.row0,
                           &full[stage]);
   };
   if (producer)
-    for (int c = 0; c < kAhead && c < a.chunks; ++c) load(c);
+    for (int i = 0; i < kAhead && i < chunks; ++i) load(i);
 
   // The lane's rows g and g+8 of its tile in checkpoint order (gemv_layout.hpp: GEMM1's tile rows are
   // the gates and linears of features 8 * tile + g), and their exponents (for the epilogue; the records'
@@ -74,16 +84,16 @@ __global__ void __launch_bounds__(kThreads, Fp8Shape<kRows>::kBlocksPerSm)
 
   const bool group_active = tile0 + (warp & ~3) < a.tiles;
   float acc[kRows / 2] = {};
-  for (int c = 0; c < a.chunks; ++c) {
-    const int stage = c % kStages;
-    kernels::mbarrier_wait_parity(&full[stage], static_cast<uint32_t>(c / kStages) & 1u);
-    // Chunk c - 1's groups are all retired by step 1's wait: its stage is released then, and refilled
-    // with chunk c + kAhead after step 3 once every warp has released it (the bf16 tiles' ring).
+  for (int i = 0; i < chunks; ++i) {
+    const int stage = i % kStages;
+    kernels::mbarrier_wait_parity(&full[stage], static_cast<uint32_t>(i / kStages) & 1u);
+    // Chunk i - 1's groups are all retired by step 1's wait: its stage is released then, and refilled
+    // with chunk i + kAhead after step 3 once every warp has released it (the bf16 tiles' ring).
     auto between = [&](int w) {
-      if (w == 1 && lane == 0 && c > 0) kernels::mbarrier_arrive(&empty[(c - 1) % kStages]);
-      if (w == 3 && producer && c + kAhead < a.chunks) {
-        if (c > 0) kernels::mbarrier_wait_parity(&empty[(c - 1) % kStages], static_cast<uint32_t>((c - 1) / kStages) & 1u);
-        load(c + kAhead);
+      if (w == 1 && lane == 0 && i > 0) kernels::mbarrier_arrive(&empty[(i - 1) % kStages]);
+      if (w == 3 && producer && i + kAhead < chunks) {
+        if (i > 0) kernels::mbarrier_wait_parity(&empty[(i - 1) % kStages], static_cast<uint32_t>((i - 1) / kStages) & 1u);
+        load(i + kAhead);
       }
     };
     const uint8_t* st = smem + stage * S::kStageBytes;
@@ -100,6 +110,12 @@ __global__ void __launch_bounds__(kThreads, Fp8Shape<kRows>::kBlocksPerSm)
   }
   kernels::wgmma_wait<0>();
   kernels::wgmma_fence_operands(acc);
+  if constexpr (kSplit) {
+    with_path_width<S>(path, [&](auto n) {
+      split_k_reduce<decltype(n)::value, kThreads>(acc, smem, static_cast<uint32_t>(split), splits);
+    });
+    if (split != 0) return;
+  }
   if (!my_rows) return;
 
   // acc x act_scale[row] x 2^c: the fp32 value of the row's e4m3 products (ldexpf: exact, subnormals too).
@@ -141,8 +157,12 @@ template <class F>
 void for_each_variant(F&& f) {
   kernels::for_each_row<kernels::TileFamily::WgmmaFp8>([&](auto i) {
     constexpr int rows = kernels::kRowOf<decltype(i)>.rows;
-    f(wgmma_fp8_kernel<true, rows>, rows);
-    f(wgmma_fp8_kernel<false, rows>, rows);
+    f(wgmma_fp8_kernel<true, rows, false>, rows);
+    f(wgmma_fp8_kernel<false, rows, false>, rows);
+    if constexpr (wgmma_fp8_splits_built(rows)) {
+      f(wgmma_fp8_kernel<true, rows, true>, rows);
+      f(wgmma_fp8_kernel<false, rows, true>, rows);
+    }
   });
 }
 
@@ -164,7 +184,11 @@ void configure_wgmma_fp8() { allow_dynamic_smem([](auto f) { for_each_variant(f)
 
 template <bool kGemm1>
 void launch_wgmma_fp8(const mma::MmaArgs& a, const Fp8Operands& fp8, int64_t tokens, int max_active, int rows,
-                      cudaStream_t stream) {
+                      int splits, cudaStream_t stream) {
+  MXMOE_REQUIRE(splits >= 1 && splits <= kMaxSplits && splits <= std::max(a.chunks, 1),
+                "fp8 wgmma: splits must be 1 to ", kMaxSplits, " and at most the K chunks (", a.chunks, "), got ", splits);
+  MXMOE_REQUIRE(splits == 1 || wgmma_fp8_splits_built(rows), "fp8 wgmma: splits > 1 runs on the ", kSplitRows,
+                "-row tile only, got ", rows, " rows");
   MXMOE_REQUIRE(wgmma_fp8_rows_supported(rows), "fp8 wgmma: rows must be one of this build's fp8 wgmma tiles (",
                 kernels::built_rows_list(kernels::TileFamily::WgmmaFp8), "), got ", rows);
   MXMOE_REQUIRE(a.k == padded_k(a.k) && a.k >= a.chunks * gemv::kChunkK,
@@ -175,7 +199,7 @@ void launch_wgmma_fp8(const mma::MmaArgs& a, const Fp8Operands& fp8, int64_t tok
   if (tokens == 0 || max_active == 0) return;
   MXMOE_REQUIRE(a.n == a.tiles * gemv::kTileRows, "fp8 wgmma: N must be whole 16-row tiles, got ", a.n);
   const unsigned m_blocks = mma::m_tile_blocks(a, tokens, max_active, rows);
-  const int64_t blocks = static_cast<int64_t>(m_blocks) * ((a.tiles + kTiles - 1) / kTiles);
+  const int64_t blocks = static_cast<int64_t>(m_blocks) * ((a.tiles + kTiles - 1) / kTiles) * splits;
   MXMOE_REQUIRE(blocks < (int64_t{1} << 31), "fp8 wgmma: too many blocks (", blocks, ")");
   Fp8Maps maps{};
   maps.weights = kernels::encode_record_map("fp8 wgmma weights", a, kernels::kRecordWords, kTiles);
@@ -192,12 +216,20 @@ void launch_wgmma_fp8(const mma::MmaArgs& a, const Fp8Operands& fp8, int64_t tok
     constexpr int kRows = kernels::kRowOf<decltype(i)>.rows;
     for (int p = 0; p < Fp8Shape<kRows>::kNarrowPaths; ++p)
       maps.act_narrow[p] = act_map("fp8 wgmma activations (a narrower path's rows)", Fp8Shape<kRows>::narrow_n(p));
-    kernels::launch_with_pdl(wgmma_fp8_kernel<kGemm1, kRows>, grid, dim3(kThreads), size_t{Fp8Shape<kRows>::kSmemBytes},
-                             stream, a, fp8, maps);
+    constexpr size_t kSmem = Fp8Shape<kRows>::kSmemBytes;
+    if constexpr (wgmma_fp8_splits_built(kRows)) {
+      if (splits > 1) {
+        kernels::launch_with_pdl_in_clusters(wgmma_fp8_kernel<kGemm1, kRows, true>, grid, dim3(kThreads), kSmem, stream,
+                                             dim3(splits, 1, 1), a, fp8, maps, splits);
+        return;
+      }
+    }
+    kernels::launch_with_pdl(wgmma_fp8_kernel<kGemm1, kRows, false>, grid, dim3(kThreads), kSmem, stream, a, fp8, maps,
+                             1);
   });
 }
 
-template void launch_wgmma_fp8<true>(const mma::MmaArgs&, const Fp8Operands&, int64_t, int, int, cudaStream_t);
-template void launch_wgmma_fp8<false>(const mma::MmaArgs&, const Fp8Operands&, int64_t, int, int, cudaStream_t);
+template void launch_wgmma_fp8<true>(const mma::MmaArgs&, const Fp8Operands&, int64_t, int, int, int, cudaStream_t);
+template void launch_wgmma_fp8<false>(const mma::MmaArgs&, const Fp8Operands&, int64_t, int, int, int, cudaStream_t);
 
 }  // namespace mxmoe::sm90

@@ -19,6 +19,7 @@
 #include "kernels/sm90/fp8_chunk_order.hpp"
 #include "kernels/sm90/narrow_paths.cuh"
 #include "kernels/sm90/sm90_host.hpp"
+#include "kernels/sm90/split_k.cuh"
 #include "kernels/sm90/wgmma_fp8_gemm.hpp"
 #include "kernels/sm90/wgmma_gemm.hpp"
 #include "layout/fp8_decode.cuh"
@@ -43,7 +44,7 @@ struct Fp8Shape {
   // serialises the wgmmas (C7511), as in the bf16 64-row tile, and the SM's 8 warpgroups hide it: on an
   // H200 gpt-oss-120b's layer at T = 1024 took 911-915 us at one block, 834-835 at two), one at 128.
   // Half the activation bytes of the bf16 stages leave room for 4 stages in every height.
-  static constexpr int kBlocksPerSm = kRows <= 64 ? 2 : 1;
+  static constexpr int kBlocksPerSm = wgmma_fp8_blocks_per_sm(kRows);
   static constexpr int kStages = 4;
   static constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + the base's alignment to 1024
   // The narrower wgmmas of m-tiles with fewer rows (narrow_paths.cuh), as the bf16 tiles': in the 32-row
