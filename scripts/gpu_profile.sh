@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # Nsight Compute profile of one batch size's forward (after scripts/gpu_run.sh built build-gpu):
 # warp-state, scheduler, memory and source-level counters of every kernel, as text in OUT_DIR.
-#   scripts/gpu_profile.sh OUT_DIR [TOKENS] [PRESET]     env: KERNELS (ncu -k regex, default the forward's kernels)
+#   scripts/gpu_profile.sh OUT_DIR [TOKENS] [PRESET]     env: KERNELS (ncu -k regex, default the forward's kernels),
+#   ARGS (more `mxmoe bench` options, e.g. "--precision fp8"), SKIP and COUNT (ncu's --launch-skip / --launch-count, 8 / 8)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=$1; tokens=${2:-1}; preset=${3:-gpt-oss-120b}
 mkdir -p "$out"
 bin=build-gpu/tools/mxmoe/mxmoe
-ncu --target-processes all -k "regex:${KERNELS:-gemv|route|combine}" --launch-skip 8 --launch-count 8 \
+ncu --target-processes all -k "regex:${KERNELS:-gemv|route|combine}" --launch-skip "${SKIP:-8}" --launch-count "${COUNT:-8}" \
   --section SpeedOfLight --section ComputeWorkloadAnalysis --section LaunchStats --section Occupancy --section SchedulerStats \
   --section WarpStateStats --section MemoryWorkloadAnalysis --section InstructionStats --section SourceCounters \
   --import-source no -o "$out/prof_t$tokens" -f \
-  "$bin" bench --preset "$preset" --tokens "$tokens" --iterations 50 --warmup 1 --layers 8 >"$out/prof_t${tokens}_run.log" 2>&1
+  "$bin" bench --preset "$preset" ${ARGS:-} --tokens "$tokens" --iterations 50 --warmup 1 --layers 8 >"$out/prof_t${tokens}_run.log" 2>&1
 ncu --import "$out/prof_t$tokens.ncu-rep" --page details >"$out/prof_t${tokens}.txt" 2>&1
 # The SASS page of every profiled kernel is megabytes: keep the 60 instructions with the most stall samples.
 ncu --import "$out/prof_t$tokens.ncu-rep" --page source --csv --print-source sass 2>&1 | python3 -c '
