@@ -1,13 +1,16 @@
 #pragma once
-// Host steps the two Hopper wgmma families share (wgmma_gemm_kernel.cu, wgmma_fp8_gemm_kernel.cu): a
-// tile row's dynamic shared memory, whether a device runs sm_90a tiles, and the kernels' attributes.
+// Host steps the two Hopper wgmma families share (wgmma_gemm_kernel.cu, wgmma_fp8_gemm_kernel.cu): the
+// table rows' check against the kernels' shapes, a tile row's dynamic shared memory, whether a device
+// runs sm_90a tiles, and the kernels' attributes.
 #include <cuda_runtime.h>
 
 #include <cstddef>
 
 #include "common/cuda_check.hpp"
 #include "kernels/common/static_smem.hpp"
+#include "kernels/sm90/wgmma_gemm.hpp"
 #include "kernels/tile_table.hpp"
+#include "layout/gemv_layout.hpp"
 #include "mxmoe/error.hpp"
 
 namespace mxmoe::sm90 {
@@ -17,6 +20,22 @@ inline size_t row_smem_bytes(kernels::TileFamily family, int rows, const char* w
   const int row = kernels::find_row(family, rows);
   MXMOE_REQUIRE(row >= 0, what, ": no tile has ", rows, " rows");
   return static_cast<size_t>(kernels::kTileTable[row].smem_bytes);
+}
+
+// The tile table's rows of a wgmma family are its kernels' shapes (Shape<rows>: kStages, kSmemBytes):
+// the block of kBlockWarps warps with a 16-row weight tile each, K in chunks, the ring's stages and
+// bytes, sm_90a only.
+template <kernels::TileFamily kFamily, template <int> class Shape>
+constexpr bool rows_are_kernels() {
+  return kernels::all_rows_of<kFamily>([](auto i) {
+    constexpr kernels::TileRow r = kernels::kRowOf<decltype(i)>;
+    using S = Shape<r.rows>;
+    static_assert(r.weight_rows == kBlockWeightRows && r.k_chunk == gemv::kChunkK && r.warps == kBlockWarps,
+                  "a wgmma row: 16 warps of one 16-row weight tile each, K in chunks");
+    static_assert(r.stages == S::kStages && r.smem_bytes == S::kSmemBytes, "a wgmma row's ring is its shape's");
+    static_assert(r.archs == kernels::kArchSm90a, "wgmma runs on sm_90a only");
+    return true;
+  });
 }
 
 // Whether `device` runs the variants (for_each_variant(f) calls f(kernel, rows)) of a wgmma family: an

@@ -140,17 +140,7 @@ __global__ void __launch_bounds__(kThreads, Fp8Shape<kRows>::kBlocksPerSm)
 }
 
 // The tile table's FP8 wgmma rows (kernels/tile_table.hpp) are these shapes.
-template <class Row>
-constexpr bool row_is_kernel(Row) {
-  constexpr kernels::TileRow r = kernels::kRowOf<Row>;
-  using S = Fp8Shape<r.rows>;
-  static_assert(r.weight_rows == kBlockWeightRows && r.k_chunk == gemv::kChunkK && r.warps == kWarps,
-                "an FP8 wgmma row: 16 warps of one 16-row weight tile each, K in chunks");
-  static_assert(r.stages == S::kStages && r.smem_bytes == S::kSmemBytes, "an FP8 wgmma row's ring is its Fp8Shape's");
-  static_assert(r.archs == kernels::kArchSm90a, "wgmma runs on sm_90a only");
-  return true;
-}
-static_assert(kernels::all_rows_of<kernels::TileFamily::WgmmaFp8>([](auto i) { return row_is_kernel(i); }));
+static_assert(rows_are_kernels<kernels::TileFamily::WgmmaFp8, Fp8Shape>());
 
 // f(kernel, rows) for each kernel of the table's FP8 wgmma rows that this build has.
 template <class F>

@@ -25,6 +25,8 @@
 
 namespace mxmoe::sm90 {
 
+// Both wgmma families' block: 16 warps (4 warpgroups), one 16-row weight tile each.
+inline constexpr int kBlockWarps = 16;
 inline constexpr int kBlockWeightRows = 256;
 
 // Whether this build has the family (a built wgmma row: none in the minimal profile), and whether it

@@ -203,17 +203,7 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
 }
 
 // The tile table's wgmma rows (kernels/tile_table.hpp) are these shapes.
-template <class Row>
-constexpr bool row_is_kernel(Row) {
-  constexpr kernels::TileRow r = kernels::kRowOf<Row>;
-  using S = WgShape<r.rows>;
-  static_assert(r.weight_rows == kBlockWeightRows && r.k_chunk == gemv::kChunkK && r.warps == kWarps,
-                "a wgmma row: 16 warps of one 16-row weight tile each, K in chunks");
-  static_assert(r.stages == S::kStages && r.smem_bytes == S::kSmemBytes, "a wgmma row's ring is its WgShape's");
-  static_assert(r.archs == kernels::kArchSm90a, "wgmma runs on sm_90a only");
-  return true;
-}
-static_assert(kernels::all_rows_of<kernels::TileFamily::Wgmma>([](auto i) { return row_is_kernel(i); }));
+static_assert(rows_are_kernels<kernels::TileFamily::Wgmma, WgShape>());
 
 // f(kernel, rows) for each kernel of the table's wgmma rows that this build has (none in the minimal
 // profile).

@@ -27,7 +27,7 @@
 namespace mxmoe::sm90 {
 namespace {
 
-constexpr int kWarps = 16;
+constexpr int kWarps = kBlockWarps;
 constexpr int kThreads = kWarps * 32;
 constexpr int kTiles = kWarps;  // one 16-row weight tile per warp
 static_assert(kTiles * gemv::kTileRows == kBlockWeightRows, "a 16-row weight tile per warp");
