@@ -373,7 +373,7 @@ TEST(Planner, Fp8SplitsKWhereTheBlocksLeaveSlotsEmpty) {
       EXPECT_EQ(Planner(forced).plan(4096).ksplit1, 1) << "the 128-row tile has no split-K";
     }
   }
-  // On a smaller GPU the same layer splits less (GB10's 48 SMs have no W4A8 tiles; the rule itself).
+  // The rule itself, on the H200's 132 SMs.
   EXPECT_EQ(choose_fp8_splits(target_caps("h200"), 32, 92, 23), 2);
   EXPECT_EQ(choose_fp8_splits(target_caps("h200"), 32, 48, 23), 5);
   EXPECT_EQ(choose_fp8_splits(target_caps("h200"), 32, 10, 23), 8);   // at most kMaxSplits
