@@ -46,17 +46,7 @@ __global__ void __launch_bounds__(kThreads, Fp8Shape<kRows>::kBlocksPerSm)
   const int tile0 = weight_block * kTiles;
   const int my_tile = tile0 + warp;
   const bool producer = threadIdx.x == 0;
-  if (producer) {
-    kernels::tma_prefetch_map(&maps.weights);
-    kernels::tma_prefetch_map(&maps.act);
-#pragma unroll
-    for (int p = 0; p < S::kNarrowPaths; ++p) kernels::tma_prefetch_map(&maps.act_narrow[p]);
-    for (int s = 0; s < kStages; ++s) {
-      kernels::mbarrier_init(&full[s], 1);
-      kernels::mbarrier_init(&empty[s], kWarps);
-    }
-    kernels::fence_barrier_init();
-  }
+  if (producer) init_ring<S>(maps, nullptr, full, empty, kWarps);
   if (!mma::find_block_m_tile<kRows>(a, m_tile, tile)) return;
   const int expert = tile.expert;
   const int expert_tile0 = expert * a.tiles + tile0;

@@ -55,19 +55,8 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
   const int tile0 = weight_block * kTiles;
   const int my_tile = tile0 + warp;
   const bool producer = threadIdx.x == 0;
-  if (producer) {
-    kernels::tma_prefetch_map(&maps.weights);
-    if (a.half_tail) kernels::tma_prefetch_map(&maps.weights_half);
-    kernels::tma_prefetch_map(&maps.act);
-    // The narrower paths' maps only where the tile has those paths (launch_wgmma leaves the others zero).
-#pragma unroll
-    for (int p = 0; p < S::kNarrowPaths; ++p) kernels::tma_prefetch_map(&maps.act_narrow[p]);
-    for (int s = 0; s < kStages; ++s) {
-      kernels::mbarrier_init(&full[s], 1);
-      kernels::mbarrier_init(&empty[s], kWarps);
-    }
-    kernels::fence_barrier_init();
-  }
+  // The narrower paths' maps only where the tile has those paths (launch_wgmma leaves the others zero).
+  if (producer) init_ring<S>(maps, a.half_tail ? &maps.weights_half : nullptr, full, empty, kWarps);
   // No per-row sources: the activations are in sorted row order, copied from the m-tile's first row.
   if (!mma::find_block_m_tile<kRows>(a, m_tile, tile)) return;
   const int expert = tile.expert;

@@ -19,6 +19,7 @@
 #include "kernels/sm90/chunk_order.hpp"
 #include "kernels/sm90/narrow_paths.cuh"
 #include "kernels/sm90/sm90_host.hpp"
+#include "kernels/sm90/wgmma_block.cuh"
 #include "kernels/sm90/wgmma_gemm.hpp"
 #include "kernels/sm90/wgmma_stage.cuh"
 #include "common/cuda_check.hpp"
