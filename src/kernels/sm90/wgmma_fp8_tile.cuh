@@ -29,12 +29,6 @@
 namespace mxmoe::sm90 {
 namespace {
 
-constexpr int kWarps = kBlockWarps;
-constexpr int kThreads = kWarps * 32;
-constexpr int kTiles = kWarps;  // one 16-row weight tile per warp
-static_assert(kTiles * gemv::kTileRows == kBlockWeightRows, "a 16-row weight tile per warp");
-constexpr int kLineBytes = 128;  // one swizzle line: a chunk's 128 e4m3 of one row
-
 template <int kRows>
 struct Fp8Shape {
   static_assert(kRows % 8 == 0, "whole 8-row swizzle groups");
@@ -104,12 +98,8 @@ __device__ __forceinline__ void wgmma_fp8_chunk(uint32_t act, const uint8_t* rec
                           t_hi = kernels::fp8_code_table(static_cast<int8_t>(codes >> 8));
   __syncwarp();  // the tables' rare slow path diverges; the wgmmas below are .aligned
   const uint32_t desc0 = kernels::wgmma_desc_sw128_low_uniform(act);
-  // The lane's 8 words (rows g and g+8) in two 16-byte loads before the first wait, as the bf16 tiles.
-  const uint8_t* data = record + gemv::lane_data_offset(lane);
-  const uint4 words_lo = *reinterpret_cast<const uint4*>(data);
-  const uint4 words_hi = *reinterpret_cast<const uint4*>(data + gemv::kRecordHalfBytes);
-  const uint32_t wl[4] = {words_lo.x, words_lo.y, words_lo.z, words_lo.w};
-  const uint32_t wh[4] = {words_hi.x, words_hi.y, words_hi.z, words_hi.w};
+  uint32_t wl[4], wh[4];
+  load_lane_words(record, lane, wl, wh);
 #pragma unroll
   for (int w = 0; w < 4; ++w) {
     kernels::wgmma_wait<1>();

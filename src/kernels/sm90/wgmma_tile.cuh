@@ -28,12 +28,6 @@
 namespace mxmoe::sm90 {
 namespace {
 
-constexpr int kWarps = kBlockWarps;
-constexpr int kThreads = kWarps * 32;
-constexpr int kTiles = kWarps;  // one 16-row weight tile per warp
-static_assert(kTiles * gemv::kTileRows == kBlockWeightRows, "a 16-row weight tile per warp");
-constexpr int kLineBytes = 128;  // one swizzle line: 64 bf16 of K
-
 template <int kRows>
 struct WgShape {
   static_assert(kRows % 8 == 0, "whole 8-row swizzle groups");
@@ -112,13 +106,8 @@ __device__ __forceinline__ void wgmma_chunk(uint32_t act, const uint8_t* record,
   const typename Atom::Scale s_lo = Atom::scale(sc & 0xFFu), s_hi = Atom::scale(sc >> 8);
   // K step s's descriptor: the stage's, plus step_offset(s).
   const uint32_t desc0 = kernels::wgmma_desc_sw128_low_uniform(act);
-  // The lane's 8 words (rows g and g+8) in two 16-byte loads before the first wait, so no word's load
-  // latency sits between a wait and its decode (2-3% at T = 1024 to 4096 on an H200; 8 registers).
-  const uint8_t* data = record + gemv::lane_data_offset(lane);
-  const uint4 words_lo = *reinterpret_cast<const uint4*>(data);
-  const uint4 words_hi = *reinterpret_cast<const uint4*>(data + gemv::kRecordHalfBytes);
-  const uint32_t wl[4] = {words_lo.x, words_lo.y, words_lo.z, words_lo.w};
-  const uint32_t wh[4] = {words_hi.x, words_hi.y, words_hi.z, words_hi.w};
+  uint32_t wl[4], wh[4];
+  load_lane_words(record, lane, wl, wh);
   const auto desc = [&](int s) { return kernels::wgmma_desc_sw128_from_low(desc0 + step_offset<kRows>(s)); };
 #pragma unroll
   for (int w = 0; w < 4; ++w) {
