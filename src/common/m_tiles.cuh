@@ -5,6 +5,8 @@
 // start: with kBlockM = 128, tile x's rows are the padded rows [128 x, 128 x + 128).
 #include <cstdint>
 
+#include "common/m_tiles_bound.hpp"
+
 namespace mxmoe::routing {
 
 struct MTile {
@@ -13,9 +15,6 @@ struct MTile {
   int rows;    // rows of the tile that hold data (the rest are padding)
   int expert_tiles;  // m-tiles of the tile's expert
 };
-
-// The number of m-tiles is at most pairs / kBlockM + (experts with rows): launch that many.
-inline int64_t m_tiles_bound(int64_t pairs, int64_t max_active, int block_m) { return pairs / block_m + max_active; }
 
 // Tile `x` (warp 0 of the block; the caller synchronises before the other warps read `tile`), from the
 // `experts` + 1 offsets alone: an expert without rows has no tiles, so scanning every expert numbers

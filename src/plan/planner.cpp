@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "common/m_tiles_bound.hpp"
 #include "kernels/gemv/gemv.hpp"
 #include "layout/gemv_layout.hpp"
 #include "kernels/mma/mma_gemm.hpp"
@@ -244,7 +245,7 @@ void Planner::choose_fp8_tile(int64_t tokens, double rows, Plan& p) const {
   const int rows_per_block = 16 * p.m_tiles;
   p.ksplit1 = p.ksplit2 = 1;
   if (!sm90::wgmma_fp8_splits_built(rows_per_block)) return;
-  const int64_t m_blocks = tokens * cfg.top_k / rows_per_block + p.max_active;  // routing::m_tiles_bound
+  const int64_t m_blocks = routing::m_tiles_bound(tokens * cfg.top_k, p.max_active, rows_per_block);
   const auto splits = [&](int64_t weight_rows, int k) {
     const int64_t weight_blocks = (weight_rows + sm90::kBlockWeightRows - 1) / sm90::kBlockWeightRows;
     const int chunks = (k + gemv::kChunkK - 1) / gemv::kChunkK;
