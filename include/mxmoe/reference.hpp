@@ -15,9 +15,10 @@ struct ReferenceOptions {
   bool mxfp8_gemm1_input = false;  // quantise each token's hidden vector to MXFP8 before GEMM1
   bool mxfp8_gemm2_input = false;  // quantise each SwiGLU output row to MXFP8 before GEMM2
   ScaleRule scale_rule = ScaleRule::Rceil;
-  // W4A8 as planned for Hopper's `fp8` precision (issue 46; src/reference/fp8_model.hpp): each token's
-  // hidden vector and each SwiGLU output row to e4m3 with one fp32 scale per row, and the weights as
-  // e4m3 with a power-of-two offset per output row (exact within 15 scale exponents of the row's largest).
+  // W4A8, Hopper's `fp8` precision (src/reference/fp8_model.hpp): each token's hidden vector to e4m3
+  // with one fp32 scale, each SwiGLU output element to e4m3 at one static power-of-two scale (from the
+  // clamp's bound: needs swiglu_alpha > 0), and the weights as e4m3 with a power-of-two offset per
+  // output row (exact within 15 scale exponents of the row's largest).
   bool fp8_gemm1_input = false;
   bool fp8_gemm2_input = false;
   bool fp8_weights = false;

@@ -36,7 +36,8 @@ enum class Backend {
 // The activations' precision in the tensor-core GEMMs (the weights are MXFP4 either way).
 enum class Precision {
   Bf16,  // bf16 activations, weights decoded exactly (W4A16): the default, at every batch size
-  Fp8,   // e4m3 activations. Hopper: the W4A8 wgmma family (one scale per row, weights as e4m3 at a
+  Fp8,   // e4m3 activations. Hopper: the W4A8 wgmma family (one scale per token for GEMM1, a static one
+         // from the clamped SwiGLU's bound for GEMM2: needs swiglu_alpha > 0; weights as e4m3 at a
          // per-row exponent; docs/fp8.md), at every batch size; SM120/SM121: the MXFP8 block-scaled path
          // (backend mx); the CPU reference: the W4A8 numerics. About 4% error against fp64 where bf16 has
          // 0.2-0.3%: a choice by name, never auto's

@@ -176,14 +176,15 @@ class GpuBackend final : public BackendImpl {
         mx.scales2 = static_cast<size_t>(routing::expand_scale_bytes(pairs, slots, c.intermediate));
       }
     }
-    if (w4a8()) {  // the e4m3 rows of both GEMMs' inputs, rows padded to whole chunks, and a scale each
+    if (w4a8()) {  // the e4m3 rows of both GEMMs' inputs, rows padded to whole chunks; GEMM1's a scale each
       const auto pairs = static_cast<size_t>(tokens * c.top_k);
       mx.codes = pairs * static_cast<size_t>(sm90::padded_k(c.hidden));
       mx.codes2 = pairs * static_cast<size_t>(sm90::padded_k(c.intermediate));
-      mx.scales = mx.scales2 = pairs * sizeof(float);
+      mx.scales = pairs * sizeof(float);
     }
-    // The fp32 intermediate only exists for the second expand; the MXFP8 epilogue skips it.
-    const size_t intermediate_bytes = !mx_mode() ? 2 : expand_intermediate ? 4 : 0;
+    // The fp32 intermediate only exists for the second expand; the MXFP8 epilogue skips it, and the W4A8
+    // GEMM1 writes GEMM2's e4m3 rows instead.
+    const size_t intermediate_bytes = w4a8() ? 0 : !mx_mode() ? 2 : expand_intermediate ? 4 : 0;
     // The swap-AB tiles read a permuted copy of the hidden states, the wgmma tiles the tokens expanded to
     // their rows and an intermediate with rows padded to whole chunks (the W4A8 tiles' too).
     const bool permute_hidden = ((in.backend == Backend::Auto || in.backend == Backend::Mma) && in.fits.mma &&

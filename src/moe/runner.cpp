@@ -8,6 +8,7 @@
 #include "moe/backend.hpp"
 #include "moe/mx_self_test.hpp"
 #include "mxmoe/error.hpp"
+#include "reference/fp8_model.hpp"
 
 namespace mxmoe {
 namespace {
@@ -44,6 +45,11 @@ MoeRunner::MoeRunner(const MoeConfig& config, const MoeWeights& weights, const R
   backend_ = gate_mx_backend(chosen, resolved);
   if (backend_ != chosen) resolved.precision = Precision::Bf16;
   precision_ = resolved.precision;
+  // W4A8 (Hopper's fp8 and the reference's): GEMM2's e4m3 input is scaled by the SwiGLU's bound.
+  MXMOE_REQUIRE(precision_ != Precision::Fp8 || backend_uses_mxfp8(backend_) ||
+                    fp8::gemm2_input_scale(config_.swiglu_alpha, config_.swiglu_limit) > 0.f,
+                "precision: fp8 scales GEMM2's e4m3 input by the clamped SwiGLU's bound, which needs "
+                "MoeConfig.swiglu_alpha > 0, got ", config_.swiglu_alpha);
   impl_ = backend_ == Backend::Reference ? make_reference_backend(config_, weights, reference_numerics())
                                          : make_gpu_backend(backend_, config_, weights, resolved);
 }

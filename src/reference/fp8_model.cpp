@@ -42,4 +42,20 @@ float row_round_trip(std::span<float> x) {
   return scale;
 }
 
+float gemm2_input_scale(float alpha, float limit) {
+  if (!(alpha > 0.f) || !(limit > 0.f) || !std::isfinite(limit)) return 0.f;
+  // gate x sigmoid(alpha gate) rises from its minimum, -0.2784645 / alpha (u sigmoid(u) at u = -1.2785),
+  // to limit x sigmoid(alpha limit) at the clamp. No margin: a value a rounding above the bound
+  // saturates to 448 / s, an error far below e4m3's step.
+  const double glu = std::max(limit / (1 + std::exp(-static_cast<double>(alpha) * limit)), 0.27846454 / alpha);
+  const double bound = glu * (static_cast<double>(limit) + 1);
+  int e = std::ilogb(kE4m3Max / bound);
+  while (bound * std::ldexp(1.0, e) > kE4m3Max) --e;
+  return std::ldexp(1.f, e);
+}
+
+void static_round_trip(std::span<float> x, float s) {
+  for (float& v : x) v = e4m3_to_float(float_to_e4m3(v * s)) / s;
+}
+
 }  // namespace mxmoe::fp8

@@ -1,8 +1,8 @@
 #pragma once
-// The numerics of W4A8 on Hopper (issue 46's planned `fp8` precision), for the CPU reference and the
-// accuracy measurements that choose it: MXFP4 weights as e4m3 with one power-of-two offset per output
-// row, activations as e4m3 with one fp32 scale per row (token or pair), fp32-class accumulation (the
-// reference accumulates in fp64).
+// The numerics of W4A8 on Hopper (the `fp8` precision), for the CPU reference, the accuracy
+// measurements that chose them and the kernels' launch (gemm2_input_scale): MXFP4 weights as e4m3 with
+// one power-of-two offset per output row, GEMM1's input as e4m3 with one fp32 scale per token, GEMM2's
+// as e4m3 at one static power-of-two scale, fp32-class accumulation (the reference accumulates in fp64).
 //
 // Weights. A wgmma multiplies e4m3 operands over K = 32 per instruction and cannot apply MXFP4's
 // per-(row, 32-block) scales inside it, so the scales are folded into the values: e2m1 m x 2^x (x the
@@ -12,9 +12,13 @@
 // 14 of the row's largest is exact; smaller blocks round to e4m3's subnormals (absolute error at most
 // 2^(c - 10), under 2^-16 of the row's largest weight).
 //
-// Activations. One fp32 scale per row, amax / 448 (so the row's largest magnitude is e4m3's largest);
-// it multiplies the accumulator in the epilogue. A per-32-block activation scale would vary along K
-// inside a wgmma, as the weights' does, and cannot be folded: per row is what a K = 32 wgmma can use.
+// Activations. GEMM1's: one fp32 scale per token, amax / 448 (so the row's largest magnitude is e4m3's
+// largest); it multiplies the accumulator in the epilogue. A per-32-block activation scale would vary
+// along K inside a wgmma, as the weights' does, and cannot be folded: per row is what a K = 32 wgmma can
+// use. GEMM2's: the clamped SwiGLU's output is bounded, so one static power of two s scales every row
+// and GEMM1's epilogue writes e4m3(y x s) itself (no pass over the intermediate to find row maxima);
+// e4m3 keeps 3 mantissa bits at any magnitude above 2^-6 / s, so only values below that lose precision
+// against a per-row scale (measured: no change in the layer's error, docs/fp8.md).
 #include <cstdint>
 #include <span>
 
@@ -31,5 +35,15 @@ void e4m3_weight_row(std::span<double> row, int c);
 // x [n] quantised to e4m3 with scale amax / 448 and back (in place); returns the scale. A row of zeros
 // stays zero (scale 0); a NaN or inf anywhere makes the whole row NaN (scale NaN), as its scale would.
 float row_round_trip(std::span<float> x);
+
+// GEMM2's input scale: the largest power of two s with bound x s <= 448, the bound on |SwiGLU output|
+// for `alpha` > 0: gate <= limit, so gate x sigmoid(alpha gate) lies in [-0.2785 / alpha,
+// limit x sigmoid(alpha limit)], and |linear + 1| <= limit + 1. gpt-oss (alpha 1.702, limit 7): bound
+// 56.0, s = 8. 0 when alpha <= 0 (the gate's negative side is then unbounded: no static scale fits).
+float gemm2_input_scale(float alpha, float limit);
+
+// x as GEMM2 reads it (in place): each value e4m3(v x s) / s (round to nearest even, saturating; NaN
+// stays NaN).
+void static_round_trip(std::span<float> x, float s);
 
 }  // namespace mxmoe::fp8

@@ -133,6 +133,11 @@ void reference_moe_routed_f64(const MoeConfig& config, const MoeWeights& weights
   require_span("reference_moe", "out", out.size(), tokens * h, "[T, H]");
   check_routed_input(config, ids, route_weights, tokens);
 
+  const float gemm2_scale = fp8::gemm2_input_scale(config.swiglu_alpha, config.swiglu_limit);
+  MXMOE_REQUIRE(!options.fp8_gemm2_input || gemm2_scale > 0.f,
+                "reference_moe: fp8_gemm2_input scales GEMM2's input by the clamped SwiGLU's bound, which needs "
+                "MoeConfig.swiglu_alpha > 0, got ", config.swiglu_alpha);
+
   // Activations as GEMM1 sees them: bf16, or bf16 -> MXFP8 -> back.
   std::vector<double> x(static_cast<size_t>(tokens * h));
   std::vector<float> row_f(static_cast<size_t>(std::max(h, inter)));
@@ -185,12 +190,12 @@ void reference_moe_routed_f64(const MoeConfig& config, const MoeWeights& weights
         double* ap = act.data() + p * static_cast<size_t>(inter);
         for (int64_t j = 0; j < inter; ++j) ap[j] = swiglu(hp[2 * j], hp[2 * j + 1], alpha, limit);
         if (options.mxfp8_gemm2_input || options.fp8_gemm2_input) {
-          // The GPU holds the SwiGLU output in fp32 before quantising it: MXFP8, or e4m3 with one scale
-          // per pair's row.
+          // The GPU holds the SwiGLU output in fp32 before quantising it: MXFP8, or e4m3 at the static
+          // scale of the SwiGLU's bound.
           std::span<float> row(row_f.data(), static_cast<size_t>(inter));
           for (int64_t j = 0; j < inter; ++j) row[static_cast<size_t>(j)] = static_cast<float>(ap[j]);
           if (options.mxfp8_gemm2_input) mxfp8_round_trip(row, options.scale_rule);
-          if (options.fp8_gemm2_input) fp8::row_round_trip(row);
+          if (options.fp8_gemm2_input) fp8::static_round_trip(row, gemm2_scale);
           for (int64_t j = 0; j < inter; ++j) ap[j] = row[static_cast<size_t>(j)];
         }
       }

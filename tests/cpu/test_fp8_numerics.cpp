@@ -111,6 +111,52 @@ TEST(Fp8Numerics, RowActivationsAreWithinHalfAnE4m3Step) {
   EXPECT_TRUE(std::all_of(bad.begin(), bad.end(), [](float v) { return std::isnan(v); }));
 }
 
+// GEMM2's static scale: the largest power of two that keeps the clamped SwiGLU's bound within e4m3's 448,
+// and the SwiGLU's outputs (swept over its inputs) within that bound; none without a bound (alpha <= 0).
+TEST(Fp8Numerics, Gemm2ScaleFitsTheSwigluBound) {
+  EXPECT_EQ(fp8::gemm2_input_scale(1.702f, 7.f), 8.f);  // gpt-oss: |y| <= 7 x 8 = 56, 56 x 8 = 448
+  EXPECT_EQ(fp8::gemm2_input_scale(0.f, 7.f), 0.f);
+  EXPECT_EQ(fp8::gemm2_input_scale(-1.f, 7.f), 0.f);
+  for (const float alpha : {0.05f, 0.5f, 1.702f, 4.f})
+    for (const float limit : {0.25f, 1.f, 3.f, 7.f, 10.f, 100.f}) {
+      const float s = fp8::gemm2_input_scale(alpha, limit);
+      int e = 0;
+      ASSERT_EQ(std::frexp(s, &e), 0.5f) << "a power of two, alpha " << alpha << " limit " << limit;
+      // The SwiGLU as the kernels compute it (gemv::swiglu), in fp32, over gates up to past the clamp.
+      float worst = 0;
+      for (float gate = -60; gate <= limit + 1; gate += 1.f / 64)
+        for (const float linear : {-1e9f, -limit, 0.f, limit, 1e9f}) {
+          const float g = std::min(gate, limit), l = std::clamp(linear, -limit, limit);
+          worst = std::max(worst, std::fabs(g / (1.f + std::exp(-alpha * g)) * (l + 1.f)));
+        }
+      EXPECT_LE(worst * s, 448.f * (1 + 1e-6f)) << "alpha " << alpha << " limit " << limit;
+      EXPECT_GT(worst * s * 2, 448.f * 0.99f) << "the largest such power of two, alpha " << alpha << " limit " << limit;
+    }
+}
+
+// static_round_trip: e4m3(x s) / s, within half an e4m3 step (2^-4 relative, 2^-10 / s below the normals).
+TEST(Fp8Numerics, StaticActivationsAreWithinHalfAnE4m3Step) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> n(0.f, 1.f);
+  const float s = 8.f;
+  std::vector<float> x(4096);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::clamp(n(rng) * std::ldexp(1.f, static_cast<int>(i % 16) - 12), -56.f, 56.f);
+  const std::vector<float> original = x;
+  fp8::static_round_trip(x, s);
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(x[i] * s, e4m3_to_float(float_to_e4m3(original[i] * s))) << "element " << i;
+    const double bound = std::max(std::fabs(original[i]) / 16.0, std::ldexp(1.0, -10) / s) * 1.0001;
+    ASSERT_LE(std::fabs(static_cast<double>(x[i]) - original[i]), bound) << "element " << i;
+  }
+  std::vector<float> nan_in{1.f, std::numeric_limits<float>::quiet_NaN(), 56.f};
+  fp8::static_round_trip(nan_in, s);
+  EXPECT_EQ(nan_in[0], 1.f);
+  EXPECT_TRUE(std::isnan(nan_in[1]));
+  EXPECT_EQ(nan_in[2], 56.f);
+}
+
 double rel_l2(const std::vector<double>& a, const std::vector<double>& b) {
   double num = 0, den = 0;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -123,7 +169,8 @@ double rel_l2(const std::vector<double>& a, const std::vector<double>& b) {
 // The layer's error against the exact fp64 reference, on gpt-oss-shaped GEMMs (H = I = 2880, E = 2,
 // k = 2, T = 8, checkpoint-like random weights), for plain hidden states and for hidden states 4x larger
 // with a few channels 30x the rest (the SwiGLU clamp at 7 then bites on part of the gates): W4A8
-// (per-row e4m3 activations, e4m3 weights) next to MXFP8 activations (the SM12x path) and to rounding
+// (per-token e4m3 hidden states, GEMM2's input e4m3 at the static scale, e4m3 weights) next to MXFP8
+// activations (the SM12x path) and to rounding
 // the exact output to bf16 (the floor of any bf16 output). Bounds: about 1.4x the largest error seen
 // over 6 seeds run while writing it (docs/fp8.md).
 TEST(Fp8Numerics, LayerErrorAgainstTheFp64Reference) {
@@ -164,7 +211,7 @@ TEST(Fp8Numerics, LayerErrorAgainstTheFp64Reference) {
     fp8.fp8_weights = fp8.fp8_gemm1_input = fp8.fp8_gemm2_input = true;
     reference_moe_f64(c, layer.view(), hidden, logits, T, got, fp8);
     const double e_fp8 = rel_l2(got, exact), e_bf16 = rel_l2(bf16_out, exact);
-    std::printf("%s: relative L2 to fp64: fp8 (W4A8, per-row) %.4f, MXFP8 %.4f, bf16 output rounding %.5f\n",
+    std::printf("%s: relative L2 to fp64: fp8 (W4A8) %.4f, MXFP8 %.4f, bf16 output rounding %.5f\n",
                 outliers ? "outliers x30, clamp" : "plain", e_fp8, e_mx, e_bf16);
     testing::Test::RecordProperty(outliers ? "fp8_outliers" : "fp8_plain", std::to_string(e_fp8));
     testing::Test::RecordProperty(outliers ? "mxfp8_outliers" : "mxfp8_plain", std::to_string(e_mx));

@@ -73,6 +73,14 @@ TEST(Runner, Fp8OnTheReferenceRunsTheW4a8Numerics) {
     w4a16.backend = b;
     expect_error_naming([&] { MoeRunner r(cfg, layer.view(), w4a16); }, "precision");
   }
+  // W4A8 scales GEMM2's input by the clamped SwiGLU's bound, which needs alpha > 0.
+  MoeConfig unbounded = cfg;
+  unbounded.swiglu_alpha = -1.f;
+  expect_error_naming([&] { MoeRunner r(unbounded, layer.view(), options); }, "swiglu_alpha");
+  ReferenceOptions w4a8;
+  w4a8.fp8_gemm2_input = true;
+  expect_error_naming([&] { reference_moe(unbounded, layer.view(), hidden, logits, tokens, want, w4a8); },
+                      "swiglu_alpha");
   EXPECT_EQ(parse_precision("FP8"), Precision::Fp8);
   expect_error_naming([] { (void)parse_precision("fp16"); }, "precision");
 }

@@ -1,10 +1,11 @@
 // The FP8 (W4A8) wgmma tiles (kernels/sm90/wgmma_fp8_gemm.hpp), GEMM1 and GEMM2 alone, each tile, against
 // a CPU computation from fp8_model's functions in fp64: the weights as fp8::e4m3_weight_row sees them
 // (random MXFP4 over a realistic scale span, some rows with blocks more than 15 exponents below their
-// largest: the decode's subnormal path), the activations as fp8::row_round_trip quantises them, then the
-// epilogue (bias, clamped SwiGLU; bias, routing weight). T = 0, 1, 3, 1000 and 4096 rows into one expert;
-// experts without rows; K = 2880 and 4160 (K % 128 == 64) and 2944 (== 0); N not a multiple of the
-// block's 256 weight rows; outputs poisoned.
+// largest: the decode's subnormal path), GEMM1's activations as fp8::row_round_trip quantises them
+// (quantize_tokens_e4m3), GEMM2's as GEMM1 writes them (e4m3 at the static scale, laid out on the host),
+// then the epilogue (bias, clamped SwiGLU and GEMM1's e4m3 output; bias, routing weight). T = 0, 1, 3,
+// 1000 and 4096 rows into one expert; experts without rows; K = 2880 and 4160 (K % 128 == 64) and 2944
+// (== 0); N not a multiple of the block's 256 weight rows; outputs poisoned.
 //
 // The bound. The products of e4m3 values are exact and the CPU sums them in fp64, so the kernel differs
 // by its accumulation alone, then the bf16 output rounding (2^-9 of |ref|). Hopper's FP8 wgmma does not
@@ -13,14 +14,18 @@
 // running sum's magnitude, which for random signs stays within a few S / sqrt(K) (S: the sum over K of
 // |a| |w|, scaled as the output): at most about 2^-11 S in all. Each output is held to
 // |out - ref| <= 2^-8 |ref| + L 2^-9 S (L: the SwiGLU's slope bound, 10, in GEMM1; the routing weight in
-// GEMM2), and the whole output's relative L2 error to 3e-2. A layout, order or scale bug moves outputs by
-// O(|ref|) ~ S / sqrt(K) (S / 64 at these K), well past both. The test prints the measured worst ratio
-// and L2 error: tighten both from a run (1e-5 S would hold only for a full-fp32 accumulation).
+// GEMM2), and the whole output's relative L2 error to 3e-2. GEMM1's e4m3 output adds its rounding, half
+// an e4m3 step: 2^-4 of the value, or 2^-10 / s below e4m3's normal range (its L2 bound is 6e-2); and at
+// least 90% of its codes must be the model's own (a value lands on the model's side of a rounding
+// boundary unless the accumulation moved it across). A layout, order or scale bug moves outputs by
+// O(|ref|) ~ S / sqrt(K) (S / 64 at these K), well past all of these. The test prints the measured worst
+// ratio and L2 error: tighten both from a run (1e-5 S would hold only for a full-fp32 accumulation).
 // Skips itself without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <iterator>
 #include <numeric>
 #include <thread>
@@ -37,6 +42,7 @@ namespace {
 
 constexpr double kEps = 1.0 / 512;
 constexpr float kAlpha = 1.702f, kLimit = 7.f;
+const float kGemm2Scale = fp8::gemm2_input_scale(kAlpha, kLimit);  // GEMM1's output scale, 8
 
 struct Fp8Case {
   int64_t tokens;
@@ -166,13 +172,15 @@ int expert_of_row(const Routing& r, int64_t row) {
                           r.expert_offsets.begin()) - 1;
 }
 
-// Random bf16 rows, some 16x larger, one of zeros.
-std::vector<uint16_t> random_rows(int64_t rows, int k, int64_t pitch, std::mt19937_64& rng) {
-  std::vector<uint16_t> x(static_cast<size_t>(std::max<int64_t>(rows, 1) * pitch), 0);
+// Random rows of k values, some 16x larger, some 256x smaller (e4m3 subnormals at GEMM2's scale), some of
+// zeros, within the SwiGLU's bound.
+std::vector<float> random_rows(int64_t rows, int k, std::mt19937_64& rng) {
+  std::vector<float> x(static_cast<size_t>(rows * k));
   std::normal_distribution<float> normal(0.f, 1.f);
+  const float bound = 448.f / kGemm2Scale;
   for (int64_t r = 0; r < rows; ++r) {
-    const float gain = r % 5 == 1 ? 16.f : r % 11 == 2 ? 0.f : 1.f;
-    for (int kk = 0; kk < k; ++kk) x[r * pitch + kk] = float_to_bf16(normal(rng) * gain);
+    const float gain = r % 5 == 1 ? 16.f : r % 7 == 4 ? 1.f / 256 : r % 11 == 2 ? 0.f : 1.f;
+    for (int kk = 0; kk < k; ++kk) x[r * k + kk] = std::clamp(normal(rng) * gain, -bound, bound);
   }
   return x;
 }
@@ -230,13 +238,26 @@ void run_case(const Fp8Param& param) {
       c.every_width ? width_routing(rng) : random_routing(c.tokens, c.experts, c.top_k, c.used_experts, rng);
   const int64_t rows = c.tokens * c.top_k;
   const int64_t k_pitch = sm90::padded_k(c.k);
-  // GEMM1's input: the tokens (written to their sorted rows by the quantiser); GEMM2's: sorted rows of
-  // a bf16 intermediate with the row pitch GEMM1 writes.
+  // GEMM1's input: bf16 tokens (quantised to their sorted rows on the device); GEMM2's: sorted rows of e4m3
+  // at the static scale in the activation order (as GEMM1 writes them). x: their values as the model sees them.
   const int64_t in_rows = kGemm1 ? c.tokens : rows;
-  const int64_t in_pitch = kGemm1 ? c.k : k_pitch;
-  const std::vector<uint16_t> input = random_rows(in_rows, c.k, in_pitch, rng);
+  std::vector<float> x = random_rows(in_rows, c.k, rng);
+  std::vector<uint16_t> tokens(static_cast<size_t>(std::max<int64_t>(in_rows, 1) * c.k));
+  std::vector<uint8_t> codes(static_cast<size_t>(std::max<int64_t>(in_rows, 1) * k_pitch), 0);
+  for (int64_t r = 0; r < in_rows; ++r) {
+    std::span<float> row(x.data() + r * c.k, static_cast<size_t>(c.k));
+    if constexpr (kGemm1) {
+      for (int kk = 0; kk < c.k; ++kk) tokens[r * c.k + kk] = float_to_bf16(row[kk]);
+      for (int kk = 0; kk < c.k; ++kk) row[kk] = bf16_to_float(tokens[r * c.k + kk]);
+      fp8::row_round_trip(row);  // as quantize_tokens_e4m3 will
+    } else {
+      for (int kk = 0; kk < c.k; ++kk)
+        codes[r * k_pitch + sm90::fp8_row_position(kk)] = float_to_e4m3(row[kk] * kGemm2Scale);
+      fp8::static_round_trip(row, kGemm2Scale);
+    }
+  }
 
-  const DeviceBuffer d_input = to_device(input);
+  const DeviceBuffer d_input = kGemm1 ? to_device(tokens) : to_device(codes);
   const DeviceBuffer d_row_pair = to_device(route.row_pair.empty() ? std::vector<int32_t>{0} : route.row_pair);
   std::vector<int32_t> pair_row(static_cast<size_t>(std::max<int64_t>(c.tokens * c.top_k, 1)), -1);
   for (size_t r = 0; r < route.row_pair.size(); ++r) pair_row[route.row_pair[r]] = static_cast<int32_t>(r);
@@ -247,16 +268,14 @@ void run_case(const Fp8Param& param) {
   const DeviceBuffer d_weights = to_device(route.pair_weights.empty() ? std::vector<float>{0.f} : route.pair_weights);
   DeviceBuffer d_act(static_cast<size_t>(std::max<int64_t>(rows, 1) * k_pitch));
   DeviceBuffer d_scales(static_cast<size_t>(std::max<int64_t>(rows, 1)) * 4);
-  const int64_t out_pitch = kGemm1 ? sm90::padded_k(c.n / 2) : c.n;
-  DeviceBuffer d_out(static_cast<size_t>(std::max<int64_t>(rows, 1) * out_pitch) * 2);
-  MXMOE_CUDA_CHECK(cudaMemset(d_out.get(), 0xFF, d_out.bytes()));  // bf16 NaN: every element must be written
+  // GEMM1: e4m3 bytes, rows padded to whole chunks; GEMM2: bf16 rows.
+  const int64_t out_pitch = kGemm1 ? sm90::padded_k(c.n / 2) : int64_t{c.n} * 2;  // bytes
+  DeviceBuffer d_out(static_cast<size_t>(std::max<int64_t>(rows, 1) * out_pitch));
+  MXMOE_CUDA_CHECK(cudaMemset(d_out.get(), 0xFF, d_out.bytes()));  // NaN (bf16 and e4m3): every byte must be written
 
   if constexpr (kGemm1)
-    sm90::quantize_tokens_e4m3(d_input.get<uint16_t>(), in_pitch, d_act.get<uint8_t>(), d_scales.get<float>(), in_rows,
-                               c.k, d_pair_row.get<int32_t>(), c.top_k, nullptr);
-  else
-    sm90::quantize_rows_e4m3(d_input.get<uint16_t>(), in_pitch, d_act.get<uint8_t>(), d_scales.get<float>(), rows, c.k,
-                             nullptr);
+    sm90::quantize_tokens_e4m3(d_input.get<uint16_t>(), c.k, d_act.get<uint8_t>(), d_scales.get<float>(), in_rows, c.k,
+                               d_pair_row.get<int32_t>(), c.top_k, nullptr);
   mma::MmaArgs a;
   a.weights = dw.packed.get<uint8_t>();
   a.expert_stride = dw.shape.bytes();
@@ -274,13 +293,15 @@ void run_case(const Fp8Param& param) {
   a.pair_weights = d_weights.get<float>();
   a.alpha = kAlpha;
   a.limit = kLimit;
-  a.act = reinterpret_cast<const uint16_t*>(d_act.get<uint8_t>());
+  a.act = reinterpret_cast<const uint16_t*>(kGemm1 ? d_act.get<uint8_t>() : d_input.get<uint8_t>());
   a.out = d_out.get();
-  const sm90::Fp8Operands fp8{dw.exponents.get<int8_t>(), d_scales.get<float>()};
+  sm90::Fp8Operands fp8{dw.exponents.get<int8_t>(), kGemm1 ? d_scales.get<float>() : nullptr};
+  if (kGemm1) fp8.out_scale = kGemm2Scale;
+  else fp8.act_scale = 1.f / kGemm2Scale;
   const auto launch = [&] {
     sm90::launch_wgmma_fp8<kGemm1>(a, fp8, c.tokens, std::max(route.active_count, 1), param.rows, param.splits, nullptr);
     MXMOE_CUDA_CHECK(cudaDeviceSynchronize());
-    return to_host<uint16_t>(d_out, static_cast<size_t>(rows * out_pitch));
+    return to_host<uint8_t>(d_out, static_cast<size_t>(rows * out_pitch));
   };
   const auto out = launch();
   // Split-K adds the ranks' partial sums in a fixed order: a second launch gives the same bits.
@@ -289,22 +310,19 @@ void run_case(const Fp8Param& param) {
     EXPECT_EQ(launch(), out) << "split-K " << param.splits << ": two launches differ";
   }
 
-  // The CPU side: each sorted row's activations through row_round_trip, against every weight row.
+  // The CPU side: each sorted row's quantised activations against every weight row.
   const int outputs = kGemm1 ? c.n / 2 : c.n;
   std::vector<double> ref(static_cast<size_t>(rows * outputs)), bound(ref.size());
   parallel_rows(rows, [&](int64_t r) {
-    const int64_t source = kGemm1 ? route.row_pair[r] / c.top_k : r;
-    std::vector<float> x(static_cast<size_t>(c.k));
-    for (int kk = 0; kk < c.k; ++kk) x[kk] = bf16_to_float(input[source * in_pitch + kk]);
-    fp8::row_round_trip(x);
+    const float* xr = x.data() + (kGemm1 ? route.row_pair[r] / c.top_k : r) * c.k;
     const int e = expert_of_row(route, r);
     std::vector<double> y(static_cast<size_t>(c.n)), s(static_cast<size_t>(c.n));
     for (int n = 0; n < c.n; ++n) {
       const double* w = m.w.data() + (int64_t{e} * c.n + n) * c.k;
       double sum = 0, mag = 0;
       for (int kk = 0; kk < c.k; ++kk) {
-        sum += static_cast<double>(x[kk]) * w[kk];
-        mag += std::abs(static_cast<double>(x[kk]) * w[kk]);
+        sum += static_cast<double>(xr[kk]) * w[kk];
+        mag += std::abs(static_cast<double>(xr[kk]) * w[kk]);
       }
       y[n] = sum + bf16_to_float(m.bias[int64_t{e} * c.n + n]);
       s[n] = mag;
@@ -313,7 +331,9 @@ void run_case(const Fp8Param& param) {
       double value, slack;
       if constexpr (kGemm1) {
         value = swiglu(y[2 * o], y[2 * o + 1]);
-        slack = 10 * kEps * (s[2 * o] + s[2 * o + 1]);
+        // The accumulation's slack, then the e4m3 output's rounding (half a step: above).
+        slack = (1 + 1.0 / 16) * 10 * kEps * (s[2 * o] + s[2 * o + 1]) + std::abs(value) / 16 +
+                std::ldexp(1.0, -10) / kGemm2Scale;
       } else {
         const double weight = route.pair_weights[route.row_pair[r]];
         value = y[o] * weight;
@@ -323,23 +343,43 @@ void run_case(const Fp8Param& param) {
       bound[r * outputs + o] = std::ldexp(std::abs(value), -8) + slack + 1e-30;
     }
   });
+  // The output's value at (row, output): GEMM1's e4m3 code at its position, GEMM2's bf16.
+  const auto value_at = [&](int64_t r, int o) -> double {
+    if constexpr (kGemm1) return e4m3_to_float(out[r * out_pitch + sm90::fp8_row_position(o)]) / kGemm2Scale;
+    uint16_t v;
+    std::memcpy(&v, &out[r * out_pitch + 2 * int64_t{o}], 2);
+    return bf16_to_float(v);
+  };
   Check check;
+  int64_t same_codes = 0, nonzero_padding = 0;
   for (int64_t r = 0; r < rows; ++r)
-    for (int o = 0; o < outputs; ++o)
-      check.add(r * outputs + o, bf16_to_float(out[r * out_pitch + o]), ref[r * outputs + o], bound[r * outputs + o]);
+    for (int o = 0; o < outputs; ++o) {
+      check.add(r * outputs + o, value_at(r, o), ref[r * outputs + o], bound[r * outputs + o]);
+      if (kGemm1) {
+        const auto model = static_cast<float>(ref[r * outputs + o]);
+        same_codes += out[r * out_pitch + sm90::fp8_row_position(o)] == float_to_e4m3(model * kGemm2Scale);
+      }
+    }
+  if (kGemm1)  // the padding past N / 2, which GEMM2 multiplies with zero weights: zeros
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t o = outputs; o < out_pitch; ++o) nonzero_padding += out[r * out_pitch + sm90::fp8_row_position(o)] != 0;
+  const double same = rows > 0 ? static_cast<double>(same_codes) / static_cast<double>(rows * outputs) : 1.0;
   std::printf("  %s, %d-row tile, split-K %d, T = %lld, K = %d, N = %d: relative L2 %.3g, worst |out - ref| / "
-              "bound %.3g\n",
+              "bound %.3g; e4m3 codes equal to the model's %.4f\n",
               kGemm1 ? "GEMM1" : "GEMM2", param.rows, param.splits, static_cast<long long>(c.tokens), c.k, c.n,
-              check.rel_l2(), check.worst_ratio);
+              check.rel_l2(), check.worst_ratio, kGemm1 ? same : 0.0);
   EXPECT_EQ(check.bad, 0) << "first at row " << check.first_bad / std::max(outputs, 1) << ", output "
                           << check.first_bad % std::max(outputs, 1) << ": "
-                          << (check.first_bad < 0 ? 0.0 : bf16_to_float(out[check.first_bad / outputs * out_pitch +
-                                                                              check.first_bad % outputs]))
+                          << (check.first_bad < 0 ? 0.0 : value_at(check.first_bad / outputs, check.first_bad % outputs))
                           << " against " << (check.first_bad < 0 ? 0.0 : ref[check.first_bad]);
-  EXPECT_LE(check.rel_l2(), 3e-2);
+  EXPECT_LE(check.rel_l2(), kGemm1 ? 6e-2 : 3e-2);
+  if (kGemm1) {
+    EXPECT_GE(same, 0.9) << "e4m3 codes equal to the model's";
+    EXPECT_EQ(nonzero_padding, 0) << "padding bytes past N / 2";
+  }
   if (rows == 0) {  // nothing written
-    const auto untouched = to_host<uint16_t>(d_out, 4);
-    for (uint16_t v : untouched) EXPECT_EQ(v, 0xFFFFu);
+    const auto untouched = to_host<uint8_t>(d_out, 4);
+    for (uint8_t v : untouched) EXPECT_EQ(v, 0xFFu);
   }
 }
 
@@ -403,6 +443,13 @@ TEST(GpuWgmmaFp8Errors, RejectsBadArguments) {
   expect_error_naming([&] { sm90::launch_wgmma_fp8<true>(a, some, 1, 1, 128, 2, nullptr); }, "32-row tile only");
   a.k = 2944;
   expect_error_naming([&] { sm90::launch_wgmma_fp8<false>(a, none, 1, 1, 64, 1, nullptr); }, "row exponents");
+  const sm90::Fp8Operands no_scale{&exponent, &scale};  // GEMM2 takes act_scale, not an array
+  expect_error_naming([&] { sm90::launch_wgmma_fp8<false>(a, no_scale, 1, 1, 64, 1, nullptr); }, "activation scales");
+  const sm90::Fp8Operands no_scales{&exponent};
+  expect_error_naming([&] { sm90::launch_wgmma_fp8<true>(a, no_scales, 1, 1, 64, 1, nullptr); }, "activation scales");
+  sm90::Fp8Operands odd_out = some;
+  odd_out.out_scale = 6.f;  // GEMM1's output scale: a power of two
+  expect_error_naming([&] { sm90::launch_wgmma_fp8<true>(a, odd_out, 1, 1, 64, 1, nullptr); }, "out_scale");
 }
 
 }  // namespace

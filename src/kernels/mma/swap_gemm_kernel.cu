@@ -234,7 +234,9 @@ __device__ __forceinline__ void swap_gemm_block(const MmaArgs& a, const CUtensor
     const int64_t pitch = a.n / 2;
     store_swap_rows<kGemm1>(EpilogueArgs{a.bias, a.n, a.row_pair, a.pair_weights, a.out, a.alpha, a.limit}, acc,
                             expert, tile.row0, tile.rows, tile0 + wt, n0, g, t,
-                            [pitch](int64_t row, int f) { return row * pitch + (f & ~7) + permuted_position(f & 7); });
+                            bf16_intermediate(a.out, [pitch](int64_t row, int f) {
+                              return row * pitch + (f & ~7) + permuted_position(f & 7);
+                            }));
   }
   if (kGemm1 && counted) {
     __syncthreads();  // the block's stores, then one release count

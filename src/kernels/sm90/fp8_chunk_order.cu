@@ -1,9 +1,8 @@
-// quantize_rows_e4m3 and quantize_tokens_e4m3 (fp8_chunk_order.hpp): one block per source row (a row or a
-// token), so a row's loads are two or three per thread and in flight together. Pass 1 finds the row's
-// amax (and whether it holds a NaN or inf) across the block; pass 2 reads the row again (from L1) and
-// writes each group of 8 elements (one word of one MX block: elements 32q + 8w .. + 7) as two 4-byte
-// words at 32w + 4q and 32w + 16 + 4q of its chunk's line, in each of the row's destinations (a token's
-// top_k sorted rows: its codes and scale are computed once for all of them).
+// quantize_tokens_e4m3 (fp8_chunk_order.hpp): one block per token, so a row's loads are two or three per
+// thread and in flight together. Pass 1 finds the row's amax (and whether it holds a NaN or inf) across
+// the block; pass 2 reads the row again (from L1) and writes each group of 8 elements (one word of one MX
+// block: elements 32q + 8w .. + 7) as two 4-byte words at 32w + 4q and 32w + 16 + 4q of its chunk's line,
+// in each of the token's top_k sorted rows (its codes and scale are computed once for all of them).
 #include "kernels/sm90/fp8_chunk_order.hpp"
 
 #include <cuda_bf16.h>
@@ -35,15 +34,13 @@ __device__ __forceinline__ uint32_t e4m3_code(float v) {
   return static_cast<uint32_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
 }
 
-// Source row `row` of `in` to its destination rows: with pair_row, the sorted rows pair_row[row * top_k
-// + j] that are not -1; without, row itself.
+// Token `row` of `in` to its sorted rows pair_row[row * top_k + j] that are not -1.
 __global__ void __launch_bounds__(kThreads)
     quantize_kernel(const uint16_t* in, int64_t in_pitch, uint8_t* out, float* scales, int64_t rows, int k,
-                    int64_t out_pitch, const int32_t* pair_row, int top_k, const int32_t* live_rows) {
+                    int64_t out_pitch, const int32_t* pair_row, int top_k) {
   __shared__ float warp_amax[kWarps];
   cudaGridDependencySynchronize();  // `in` and `pair_row` may come from the predecessors
   cudaTriggerProgrammaticLaunchCompletion();
-  if (live_rows != nullptr) rows = min(rows, int64_t{*live_rows});
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int groups = static_cast<int>(out_pitch / 8);  // whole chunks: the padding's groups are written too
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -67,13 +64,11 @@ __global__ void __launch_bounds__(kThreads)
     for (int w = 0; w < kWarps; ++w) amax = fmaxf(amax, warp_amax[w]);
     // As fp8::row_round_trip: the scale amax / 448 (IEEE division), x / scale rounded by float_to_e4m3.
     const float scale = finite ? amax / kE4m3Max : __int_as_float(0x7FC00000);
-    // Destination j of the row's `dests` (pair_row's entries stay in L1 after the first group); a plain
-    // loop at each use, since a lambda's captures taken by address spilled to local memory.
-    const int dests = pair_row == nullptr ? 1 : top_k;
-    const auto dest = [&](int j) { return pair_row == nullptr ? row : int64_t{pair_row[row * top_k + j]}; };
+    // The token's sorted rows (their entries stay in L1 after the first group).
+    const int32_t* dests = pair_row + row * top_k;
     if (threadIdx.x == 0)
-      for (int j = 0; j < dests; ++j)
-        if (const int64_t r = dest(j); r >= 0) scales[r] = scale;
+      for (int j = 0; j < top_k; ++j)
+        if (const int32_t r = dests[j]; r >= 0) scales[r] = scale;
     for (int i = threadIdx.x; i < groups; i += kThreads) {
       uint32_t a = 0, b = 0;  // bytes [e0, e3, e1, e2] and [e4, e7, e5, e6] of the group (fp8_chunk_order.hpp)
       if (!finite) {
@@ -89,8 +84,8 @@ __global__ void __launch_bounds__(kThreads)
       }
       const int chunk = i >> 4, q = (i >> 2) & 3, w = i & 3;
       const int at = chunk * gemv::kChunkK + 32 * w + 4 * q;
-      for (int j = 0; j < dests; ++j) {
-        const int64_t r = dest(j);
+      for (int j = 0; j < top_k; ++j) {
+        const int64_t r = dests[j];
         if (r < 0) continue;  // a dropped pair
         uint8_t* line = out + r * out_pitch + at;
         *reinterpret_cast<uint32_t*>(line) = a;
@@ -101,38 +96,23 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-void check_quantize_args(const char* what, const uint16_t* in, int64_t in_pitch, const uint8_t* out, int64_t rows,
-                         int k) {
-  MXMOE_REQUIRE(k > 0 && k % 8 == 0, what, ": k must be a positive multiple of 8, got ", k);
-  MXMOE_REQUIRE(in_pitch >= k && in_pitch % 8 == 0, what, ": in_pitch must be a multiple of 8 of at least k (", k,
-                "), got ", in_pitch);
-  MXMOE_REQUIRE(rows >= 0, what, ": rows must not be negative, got ", rows);
-  MXMOE_REQUIRE(reinterpret_cast<uintptr_t>(in) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0, what,
-                ": in and out must be 16-byte aligned");
-}
-
-void launch_quantize(const uint16_t* in, int64_t in_pitch, uint8_t* out, float* scales, int64_t rows, int k,
-                     const int32_t* pair_row, int top_k, const int32_t* live_rows, cudaStream_t stream) {
-  if (rows == 0) return;
-  const int blocks = static_cast<int>(std::min<int64_t>(rows, 16384));
-  kernels::launch_with_pdl(quantize_kernel, dim3(blocks), dim3(kThreads), 0, stream, in, in_pitch, out, scales, rows,
-                           k, padded_k(k), pair_row, top_k, live_rows);
-}
-
 }  // namespace
-
-void quantize_rows_e4m3(const uint16_t* in, int64_t in_pitch, uint8_t* out, float* scales, int64_t rows, int k,
-                        cudaStream_t stream, const int32_t* live_rows) {
-  check_quantize_args("quantize_rows_e4m3", in, in_pitch, out, rows, k);
-  launch_quantize(in, in_pitch, out, scales, rows, k, nullptr, 1, live_rows, stream);
-}
 
 void quantize_tokens_e4m3(const uint16_t* in, int64_t in_pitch, uint8_t* out, float* scales, int64_t tokens, int k,
                           const int32_t* pair_row, int top_k, cudaStream_t stream) {
-  check_quantize_args("quantize_tokens_e4m3", in, in_pitch, out, tokens, k);
-  MXMOE_REQUIRE(top_k > 0 && top_k <= kMaxTopk, "quantize_tokens_e4m3: top_k must be 1 to ", kMaxTopk, ", got ", top_k);
-  MXMOE_REQUIRE(pair_row != nullptr || tokens == 0, "quantize_tokens_e4m3: pair_row is required");
-  launch_quantize(in, in_pitch, out, scales, tokens, k, pair_row, top_k, nullptr, stream);
+  constexpr const char* what = "quantize_tokens_e4m3";
+  MXMOE_REQUIRE(k > 0 && k % 8 == 0, what, ": k must be a positive multiple of 8, got ", k);
+  MXMOE_REQUIRE(in_pitch >= k && in_pitch % 8 == 0, what, ": in_pitch must be a multiple of 8 of at least k (", k,
+                "), got ", in_pitch);
+  MXMOE_REQUIRE(tokens >= 0, what, ": tokens must not be negative, got ", tokens);
+  MXMOE_REQUIRE(reinterpret_cast<uintptr_t>(in) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0, what,
+                ": in and out must be 16-byte aligned");
+  MXMOE_REQUIRE(top_k > 0 && top_k <= kMaxTopk, what, ": top_k must be 1 to ", kMaxTopk, ", got ", top_k);
+  MXMOE_REQUIRE(pair_row != nullptr || tokens == 0, what, ": pair_row is required");
+  if (tokens == 0) return;
+  const int blocks = static_cast<int>(std::min<int64_t>(tokens, 16384));
+  kernels::launch_with_pdl(quantize_kernel, dim3(blocks), dim3(kThreads), 0, stream, in, in_pitch, out, scales, tokens,
+                           k, padded_k(k), pair_row, top_k);
 }
 
 }  // namespace mxmoe::sm90

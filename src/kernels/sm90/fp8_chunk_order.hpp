@@ -42,19 +42,14 @@ constexpr int64_t fp8_row_position(int64_t k) {
   return (k & ~int64_t{gemv::kChunkK - 1}) + fp8_chunk_position(static_cast<int>(k & (gemv::kChunkK - 1)));
 }
 
-// Bf16 rows -> e4m3 rows in the order above with one fp32 scale per row, as fp8::row_round_trip
-// (reference/fp8_model.hpp) quantises: scale = amax / 448, each element float_to_e4m3(x / scale); a row
-// of zeros gets scale 0 and zero codes; a row with a NaN or inf gets scale NaN and codes 0x7F (NaN).
-// in [rows, in_pitch] bf16 (the first k elements of each row read; k and in_pitch multiples of 8, `in`
-// 16-byte aligned), out [rows, padded_k(k)] bytes (zeros past k, 16-byte aligned), scales [rows]. With
-// live_rows (device, the routing's row count), rows from *live_rows on are left as they are. Launched
-// with programmatic dependent launch, as is the one below.
-void quantize_rows_e4m3(const uint16_t* in, int64_t in_pitch, uint8_t* out, float* scales, int64_t rows, int k,
-                        cudaStream_t stream, const int32_t* live_rows = nullptr);
-
-// The same for GEMM1's input: token t (a row of `in`, [tokens, in_pitch]) quantised once and written to
-// each of its sorted rows pair_row[t * top_k + j] (the routing's; -1, a dropped pair, is skipped), as
-// GEMM1's tiles read them: out [sorted rows, padded_k(k)], scales [sorted rows].
+// GEMM1's input: bf16 token rows -> e4m3 rows in the order above with one fp32 scale per row, as
+// fp8::row_round_trip (reference/fp8_model.hpp) quantises: scale = amax / 448, each element
+// float_to_e4m3(x / scale); a row of zeros gets scale 0 and zero codes; a row with a NaN or inf gets scale
+// NaN and codes 0x7F (NaN). Token t (a row of `in`, [tokens, in_pitch]: the first k elements read; k and
+// in_pitch multiples of 8, `in` 16-byte aligned) is quantised once and written to each of its sorted rows
+// pair_row[t * top_k + j] (the routing's; -1, a dropped pair, is skipped), as GEMM1's tiles read them:
+// out [sorted rows, padded_k(k)] bytes (zeros past k, 16-byte aligned), scales [sorted rows]. Launched
+// with programmatic dependent launch. (GEMM2's input needs no pass: GEMM1's epilogue writes it.)
 void quantize_tokens_e4m3(const uint16_t* in, int64_t in_pitch, uint8_t* out, float* scales, int64_t tokens, int k,
                           const int32_t* pair_row, int top_k, cudaStream_t stream);
 

@@ -5,12 +5,13 @@
 // operands, one m64nNk32 wgmma per K step of 32:
 // - weights: the GEMV layout's records as they are, each MXFP4 element decoded in registers to the e4m3
 //   byte of m x 2^(x - c) (layout/fp8_decode.cuh), c the row's exponent (layout/fp8_row_exponents.hpp);
-// - activations: e4m3 rows with one fp32 scale each (quantize_rows_e4m3, fp8_chunk_order.hpp: GEMM1's
-//   per token, expanded to the sorted rows; GEMM2's per sorted row of the SwiGLU output), one 128-byte
-//   line per row and chunk;
-// - epilogue: acc x 2^c[row] x act_scale[sorted row], then the bf16 family's (bias and clamped SwiGLU
-//   -> GEMM1's bf16 intermediate, in PLAIN order with row pitch padded_k(N / 2), which GEMM2's
-//   quantize_rows_e4m3 reads; bias and routing weight -> GEMM2's bf16 rows for the combine).
+// - activations: e4m3 rows in fp8_chunk_order.hpp's order, one 128-byte line per row and chunk: GEMM1's
+//   with one fp32 scale per token (quantize_tokens_e4m3, expanded to the sorted rows), GEMM2's with one
+//   static scale for every row (GEMM1 writes them: below);
+// - epilogue: acc x 2^c[row] x the row's activation scale, then the bf16 family's (bias and clamped
+//   SwiGLU -> GEMM1's e4m3 intermediate e4m3(y x out_scale), in the activation order with row pitch
+//   padded_k(N / 2) and zeros past N / 2, which GEMM2 reads as it is at act_scale = 1 / out_scale; bias
+//   and routing weight -> GEMM2's bf16 rows for the combine).
 // MmaArgs::act is the e4m3 rows (as bytes: reinterpret_cast<const uint16_t*>), MmaArgs::k their padded
 // row length in bytes (padded_k(K)); MmaArgs::half_tail and wide_scales are not read (fp8_chunk_order.hpp
 // and fp8_decode.cuh say why).
@@ -25,7 +26,9 @@ namespace mxmoe::sm90 {
 
 struct Fp8Operands {
   const int8_t* row_exponents = nullptr;  // [E][N] in checkpoint row order (fp8_row_exponents)
-  const float* act_scales = nullptr;      // [sorted rows]: quantize_rows_e4m3's scales
+  const float* act_scales = nullptr;      // GEMM1: [sorted rows], one scale per row (quantize_tokens_e4m3's)
+  float act_scale = 0.f;                  // GEMM2: every row's scale (1 / GEMM1's out_scale)
+  float out_scale = 0.f;                  // GEMM1: its e4m3 output's power-of-two scale (fp8::gemm2_input_scale)
 };
 
 // Split-K across a thread-block cluster (split_k.cuh): at most this many blocks share a tile set's K (the
@@ -44,8 +47,8 @@ size_t wgmma_fp8_smem_bytes(int rows);
 bool wgmma_fp8_runs(int device);
 // Lets the kernels use their dynamic shared memory (idempotent); needs wgmma_fp8_runs.
 void configure_wgmma_fp8();
-// GEMM1 (+ bias + SwiGLU -> bf16 intermediate [rows, padded_k(n / 2)], plain order) or GEMM2 (+ bias,
-// times the routing weight -> bf16 rows). `splits` blocks share each tile set's K (1: none; the plan's).
+// GEMM1 (+ bias + SwiGLU -> e4m3 intermediate [rows, padded_k(n / 2)] bytes, GEMM2's input) or GEMM2
+// (+ bias, times the routing weight -> bf16 rows). `splits` blocks share each tile set's K (1: none; the plan's).
 // Programmatic dependent launch.
 template <bool kGemm1>
 void launch_wgmma_fp8(const mma::MmaArgs& args, const Fp8Operands& fp8, int64_t tokens, int max_active, int rows,

@@ -12,6 +12,7 @@
 #include "kernels/sm90/wgmma_fp8_tile.cuh"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 namespace mxmoe::sm90 {
@@ -106,23 +107,34 @@ __global__ void __launch_bounds__(kThreads, Fp8Shape<kRows>::kBlocksPerSm)
     });
     if (split != 0) return;
   }
+
+  const int64_t pitch = padded_k(a.n / 2);
+  if (kGemm1 && weight_block == weight_blocks - 1) {
+    // The intermediate's padding past I (in its last chunk): zeros, which GEMM2 multiplies with the zero
+    // weights of its records' blocks past K (an unwritten byte could be e4m3's NaN).
+    const int features = a.n / 2, pad = static_cast<int>(pitch) - features;
+    for (int i = threadIdx.x; i < tile.rows * pad; i += kThreads)
+      static_cast<uint8_t*>(a.out)[(tile.row0 + i / pad) * pitch + fp8_row_position(features + i % pad)] = 0;
+  }
   if (!my_rows) return;
 
-  // acc x act_scale[row] x 2^c: the fp32 value of the row's e4m3 products (ldexpf: exact, subnormals too).
+  // acc x act_scale x 2^c: the fp32 value of the row's e4m3 products (ldexpf: exact, subnormals too).
   float(&acc_tiles)[1][kRows / 8][4] = *reinterpret_cast<float(*)[1][kRows / 8][4]>(&acc);
 #pragma unroll
   for (int n = 0; n < kRows / 8; ++n)
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int r = n * 8 + 2 * t + e;
-      const float scale = r < tile.rows ? f.act_scales[tile.row0 + r] : 0.f;
+      const float scale = r >= tile.rows ? 0.f : kGemm1 ? f.act_scales[tile.row0 + r] : f.act_scale;
       acc_tiles[0][n][e] = ldexpf(acc_tiles[0][n][e] * scale, c_lo);
       acc_tiles[0][n][2 + e] = ldexpf(acc_tiles[0][n][2 + e] * scale, c_hi);
     }
-  const int64_t pitch = padded_k(a.n / 2);
   const mma::EpilogueArgs epilogue{a.bias, a.n, a.row_pair, a.pair_weights, a.out, a.alpha, a.limit};
-  auto gemm1_index = [pitch](int64_t row, int feature) { return row * pitch + feature; };  // plain order
-  mma::store_swap_rows<kGemm1>(epilogue, acc_tiles, expert, tile.row0, tile.rows, my_tile, 0, g, t, gemm1_index);
+  // GEMM1's output is GEMM2's input: e4m3(SwiGLU x out_scale) in the activation order (fp8_chunk_order.hpp).
+  auto gemm1_store = [out = static_cast<uint8_t*>(a.out), pitch, s = f.out_scale](int64_t row, int feature, float v) {
+    out[row * pitch + fp8_row_position(feature)] = __nv_cvt_float_to_fp8(v * s, __NV_SATFINITE, __NV_E4M3);
+  };
+  mma::store_swap_rows<kGemm1>(epilogue, acc_tiles, expert, tile.row0, tile.rows, my_tile, 0, g, t, gemm1_store);
 #else
   (void)a, (void)f;
   __trap();
@@ -144,6 +156,11 @@ void for_each_variant(F&& f) {
       f(wgmma_fp8_kernel<false, rows, true>, rows);
     }
   });
+}
+
+bool is_power_of_two_scale(float s) {
+  int e = 0;
+  return std::isfinite(s) && s > 0.f && std::frexp(s, &e) == 0.5f;
 }
 
 }  // namespace
@@ -173,8 +190,12 @@ void launch_wgmma_fp8(const mma::MmaArgs& a, const Fp8Operands& fp8, int64_t tok
                 kernels::built_rows_list(kernels::TileFamily::WgmmaFp8), "), got ", rows);
   MXMOE_REQUIRE(a.k == padded_k(a.k) && a.k >= a.chunks * gemv::kChunkK,
                 "fp8 wgmma: the activations' row length must be whole chunks covering K, got ", a.k);
-  MXMOE_REQUIRE(fp8.row_exponents != nullptr && fp8.act_scales != nullptr,
-                "fp8 wgmma: the row exponents and the activation scales are required");
+  MXMOE_REQUIRE(fp8.row_exponents != nullptr, "fp8 wgmma: the row exponents are required");
+  MXMOE_REQUIRE(kGemm1 ? fp8.act_scales != nullptr : std::isfinite(fp8.act_scale) && fp8.act_scale > 0.f,
+                "fp8 wgmma: the activation scales are required (GEMM1: one per row; GEMM2: act_scale > 0, got ",
+                fp8.act_scale, ")");
+  MXMOE_REQUIRE(!kGemm1 || is_power_of_two_scale(fp8.out_scale),
+                "fp8 wgmma: GEMM1's out_scale must be a power of two (fp8::gemm2_input_scale), got ", fp8.out_scale);
   MXMOE_REQUIRE(tokens * a.top_k < (int64_t{1} << 31), "fp8 wgmma: too many rows for the tensor maps: tokens ", tokens);
   if (tokens == 0 || max_active == 0) return;
   MXMOE_REQUIRE(a.n == a.tiles * gemv::kTileRows, "fp8 wgmma: N must be whole 16-row tiles, got ", a.n);

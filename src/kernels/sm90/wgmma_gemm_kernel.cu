@@ -178,13 +178,14 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
   if (my_tile >= a.tiles) return;
   const float(&acc_tiles)[1][kRows / 8][4] = *reinterpret_cast<const float(*)[1][kRows / 8][4]>(&acc);
   const mma::EpilogueArgs epilogue{a.bias, a.n, a.row_pair, a.pair_weights, a.out, a.alpha, a.limit};
-  auto gemm1_index = [pitch, features = a.n / 2](int64_t row, int f) { return row * pitch + row_position(f, features); };
+  auto gemm1_store = mma::bf16_intermediate(
+      a.out, [pitch, features = a.n / 2](int64_t row, int f) { return row * pitch + row_position(f, features); });
   if constexpr (kStagedEpilogue)
-    mma::store_swap_rows<kGemm1>(epilogue, acc_tiles, tile.row0, tile.rows, my_tile, 0, g, t, gemm1_index,
+    mma::store_swap_rows<kGemm1>(epilogue, acc_tiles, tile.row0, tile.rows, my_tile, 0, g, t, gemm1_store,
                                  [my_bias = bias_rows[warp]](int, int j) { return mma::bf16_at(my_bias + j); },
                                  [](int r) { return row_weights[kGemm1 ? 0 : r]; });
   else
-    mma::store_swap_rows<kGemm1>(epilogue, acc_tiles, expert, tile.row0, tile.rows, my_tile, 0, g, t, gemm1_index);
+    mma::store_swap_rows<kGemm1>(epilogue, acc_tiles, expert, tile.row0, tile.rows, my_tile, 0, g, t, gemm1_store);
 #else
   (void)a;
   __trap();
