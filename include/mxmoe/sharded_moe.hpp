@@ -65,9 +65,12 @@ class ShardedMoe {
   bool reduces() const { return comm_ != nullptr; }
   bool fp32_partials() const { return fp32_partials_; }
   int64_t max_tokens() const { return runner_->max_tokens(); }
-  // The runner's, plus (expert-parallel) the local routing and (with a communicator) the fp32 sum and
-  // forward_data_parallel's gathered inputs and partial, all for max_tokens; 0 on the reference backend.
+  // The workspace of forward and its kin: the runner's, plus (expert-parallel) the local routing and (with
+  // a communicator and fp32 partials) the fp32 sum, for max_tokens; 0 on the reference backend.
   size_t workspace_bytes() const;
+  // forward_data_parallel's: workspace_bytes() plus the gathered inputs and partial (with a communicator),
+  // for max_tokens (at gpt-oss-120b's H and max_tokens 4096 about 50 MB more). Enough for forward too.
+  size_t data_parallel_workspace_bytes() const;
 
   // hidden [T, H] bf16 (the same on every rank), router_logits [T, E] fp32 of the whole layer's E
   // experts, out [T, H] bf16, device pointers. With a communicator: out is the layer's output on every
@@ -107,8 +110,9 @@ class ShardedMoe {
   // engines pad to the largest rank's batch): the ranks' hidden and routing all-gathered (rank order),
   // this rank's partial over all world_size x T tokens, and a reduce-scatter that sums the partials and
   // leaves each rank its own tokens' output in out [T, H]. The scheme vLLM uses for expert parallelism;
-  // it serves a tensor-parallel shard too. Needs a communicator and world_size x T <= max_tokens. One
-  // thread (or process) per rank, as forward(): NCCL collectives with a compute step between them.
+  // it serves a tensor-parallel shard too. Needs a communicator, world_size x T <= max_tokens and
+  // data_parallel_workspace_bytes(). One thread (or process) per rank, as forward(): NCCL collectives with
+  // a compute step between them.
   void forward_data_parallel(const uint16_t* hidden, const float* router_logits, int64_t tokens, uint16_t* out,
                              void* workspace, size_t workspace_size, cudaStream_t stream = nullptr) const;
   void forward_data_parallel(const uint16_t* hidden, const int32_t* topk_ids, const float* topk_weights,
@@ -128,10 +132,11 @@ class ShardedMoe {
     const float* weights;
     int64_t tokens;
   };
-  // Byte offsets of the workspace's parts (sized for max_tokens); `gather` parts only with a communicator.
+  // Byte offsets of the workspace's parts (sized for max_tokens); `gather` parts only with a communicator,
+  // after `total` (forward's bytes), up to data_parallel_total.
   struct Layout {
-    size_t runner = 0, local_ids = 0, local_weights = 0, sum_f32 = 0, gather_hidden = 0, gather_route = 0,
-           gather_weights = 0, gather_partial = 0, total = 0;
+    size_t runner = 0, local_ids = 0, local_weights = 0, sum_f32 = 0, total = 0, gather_hidden = 0, gather_route = 0,
+           gather_weights = 0, gather_partial = 0, data_parallel_total = 0;
   };
   Layout layout() const;
   // The partial into out (bf16) or out_f32, then (reduce, with a communicator) the sum over the ranks.
@@ -142,8 +147,10 @@ class ShardedMoe {
   void run_on_host(const Inputs& in, uint16_t* out) const;
   void run_data_parallel(const Inputs& in, uint16_t* out, void* workspace, size_t workspace_size,
                          cudaStream_t stream) const;
-  // The checks every forward shares; false: nothing to run (T = 0).
-  bool check_run(const Inputs& in, const void* out, void* workspace, size_t workspace_size) const;
+  // The checks every forward shares (data_parallel: the workspace of forward_data_parallel); false: nothing
+  // to run (T = 0).
+  bool check_run(const Inputs& in, const void* out, void* workspace, size_t workspace_size,
+                 bool data_parallel = false) const;
   // The fp32 sum (in the workspace) rounded into out.
   void finish_f32(uint16_t* out, int64_t tokens, void* workspace, cudaStream_t stream) const;
   float* sum_f32(void* workspace) const;

@@ -41,7 +41,7 @@ void ShardedMoe::run_data_parallel(const Inputs& in, uint16_t* out, void* worksp
                 " ranks' tokens are gathered)");
   Inputs gathered = in;
   gathered.tokens = in.tokens * world;
-  if (!check_run(gathered, out, workspace, workspace_size)) return;  // every rank has the same T
+  if (!check_run(gathered, out, workspace, workspace_size, true)) return;  // every rank has the same T
   MXMOE_REQUIRE(in.hidden != nullptr, "hidden: null pointer");
 #if MXMOE_HAVE_NCCL
   const Layout l = layout();

@@ -84,9 +84,10 @@ ShardedMoe::ShardedMoe(ShardedMoe&&) noexcept = default;
 ShardedMoe& ShardedMoe::operator=(ShardedMoe&&) noexcept = default;
 
 // The runner's workspace; (expert-parallel) the local ids and weights [max_tokens, k]; (fp32 partials
-// with a communicator) their sum [max_tokens, H]; (with a communicator) forward_data_parallel's gathered
-// hidden [max_tokens, H], routing (logits [max_tokens, E] or int64 ids [max_tokens, k]), weights
-// [max_tokens, k] and partial [max_tokens, H] (fp32 with fp32 partials).
+// with a communicator) their sum [max_tokens, H]: `total`, what forward needs. Then (with a communicator)
+// forward_data_parallel's gathered hidden [max_tokens, H], routing (logits [max_tokens, E] or int64 ids
+// [max_tokens, k]), weights [max_tokens, k] and partial [max_tokens, H] (fp32 with fp32 partials):
+// `data_parallel_total`. The first parts sit at the same offsets in both.
 ShardedMoe::Layout ShardedMoe::layout() const {
   const auto tokens = static_cast<size_t>(runner_->max_tokens());
   const size_t H = shard_.full.hidden, E = shard_.full.num_experts, k = shard_.full.top_k;
@@ -102,18 +103,23 @@ ShardedMoe::Layout ShardedMoe::layout() const {
     l.local_ids = take(tokens * k * 4);
     l.local_weights = take(tokens * k * 4);
   }
+  if (comm_ != nullptr && fp32_partials_) l.sum_f32 = take(tokens * H * 4);
+  l.total = at;
   if (comm_ != nullptr) {
-    if (fp32_partials_) l.sum_f32 = take(tokens * H * 4);
     l.gather_hidden = take(tokens * H * 2);
     l.gather_route = take(tokens * std::max(E * 4, k * 8));
     l.gather_weights = take(tokens * k * 4);
     l.gather_partial = take(tokens * H * (fp32_partials_ ? 4 : 2));
   }
-  l.total = at;
+  l.data_parallel_total = at;
   return l;
 }
 
 size_t ShardedMoe::workspace_bytes() const { return runner_->on_gpu() ? layout().total : 0; }
+
+size_t ShardedMoe::data_parallel_workspace_bytes() const {
+  return runner_->on_gpu() ? layout().data_parallel_total : 0;
+}
 
 void ShardedMoe::forward(const uint16_t* hidden, const float* router_logits, int64_t tokens, uint16_t* out,
                          void* workspace, size_t workspace_size, cudaStream_t stream) const {
@@ -184,11 +190,13 @@ void ShardedMoe::finish_f32(uint16_t* out, int64_t tokens, void* workspace, cuda
   sharded::f32_to_bf16(sum_f32(workspace), out, static_cast<size_t>(tokens) * shard_.full.hidden, stream);
 }
 
-bool ShardedMoe::check_run(const Inputs& in, const void* out, void* workspace, size_t workspace_size) const {
+bool ShardedMoe::check_run(const Inputs& in, const void* out, void* workspace, size_t workspace_size,
+                           bool data_parallel) const {
   MXMOE_REQUIRE(in.tokens >= 0 && in.tokens <= runner_->max_tokens(), "tokens = ", in.tokens,
                 ": expected in [0, max_tokens = ", runner_->max_tokens(), "]");
-  MXMOE_REQUIRE(workspace_size >= workspace_bytes(), "workspace_size = ", workspace_size, ": expected at least ",
-                workspace_bytes(), " bytes (ShardedMoe::workspace_bytes)");
+  const size_t needed = data_parallel ? data_parallel_workspace_bytes() : workspace_bytes();
+  MXMOE_REQUIRE(workspace_size >= needed, "workspace_size = ", workspace_size, ": expected at least ", needed,
+                " bytes (ShardedMoe::", data_parallel ? "data_parallel_workspace_bytes" : "workspace_bytes", ")");
   MXMOE_REQUIRE(workspace != nullptr || workspace_size == 0, "workspace: null");
   MXMOE_REQUIRE(out != nullptr || in.tokens == 0, "out: null pointer");
   return in.tokens > 0;

@@ -94,6 +94,7 @@ TEST_F(CliUsageTest, BadValuesAreUsageErrors) {
       {"check --experts 4 --top-k 2 --hidden 33 --intermediate 32", "hidden"},
       {"bench --experts 4 --top-k 9 --hidden 32 --intermediate 32", "top_k"},
       {"bench --experts 4", "--experts needs"},
+      {"bench --preset gpt-oss-120b --intermediate 1440", "need --experts"},
       {"bench --backend nope", "--backend"},
       {"bench --preset gpt-oss-7b", "--preset"},
       {"soak --backend nope", "--backend"},

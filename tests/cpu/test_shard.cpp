@@ -341,6 +341,7 @@ TEST_F(ShardTest, ShardedMoeOnTheReferenceBackendGivesEachRanksPartial) {
         const MoeLayerData data = slice_layer(shard, whole);
         const ShardedMoe moe(shard, data.view(), test::reference_options(64));
         EXPECT_EQ(moe.workspace_bytes(), 0u);
+        EXPECT_EQ(moe.data_parallel_workspace_bytes(), 0u);
         std::vector<uint16_t> got(layer.size(), 0x7FC1), routed(layer.size(), 0x7FC1);
         moe.forward_partial(hidden.data(), logits.data(), tokens, got.data(), nullptr, 0);
         moe.forward_routed(hidden.data(), ids.data(), weights.data(), tokens, routed.data(), nullptr, 0);

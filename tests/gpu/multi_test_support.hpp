@@ -112,8 +112,10 @@ struct Sharded {
   std::vector<Rank> ranks;
 };
 
+// Each rank's workspace: workspace_bytes(), or with data_parallel data_parallel_workspace_bytes().
 inline Sharded make_sharded(World& world, const MoeConfig& config, const MoeLayerData& whole, ShardMode mode,
-                     int64_t max_tokens, std::vector<ShardSpec> specs = {}, bool fp32_partials = false) {
+                     int64_t max_tokens, std::vector<ShardSpec> specs = {}, bool fp32_partials = false,
+                     bool data_parallel = false) {
   Sharded s;
   for (int r = 0; r < world.size(); ++r) {
     MXMOE_CUDA_CHECK(cudaSetDevice(r));
@@ -125,7 +127,8 @@ inline Sharded make_sharded(World& world, const MoeConfig& config, const MoeLaye
     Rank rank;
     rank.moe = std::make_unique<ShardedMoe>(shard, part.view(), gemv_options(max_tokens, Backend::Auto), world.comms[r],
                                             fp32_partials);
-    rank.workspace = DeviceBuffer(std::max<size_t>(rank.moe->workspace_bytes(), 1));
+    rank.workspace = DeviceBuffer(std::max<size_t>(
+        data_parallel ? rank.moe->data_parallel_workspace_bytes() : rank.moe->workspace_bytes(), 1));
     s.ranks.push_back(std::move(rank));
   }
   MXMOE_CUDA_CHECK(cudaSetDevice(0));

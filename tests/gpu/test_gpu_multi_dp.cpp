@@ -32,7 +32,16 @@ TEST_P(GpuMultiDataParallel, EachRankGetsItsTokensOutput) {
   const MoeLayerData whole = MoeLayerData::random(c, seed);
   const int64_t max_tokens = 4096;
   World world(dc.world);
-  Sharded sharded = make_sharded(world, c, whole, dc.mode, max_tokens, {}, dc.fp32);
+  Sharded sharded = make_sharded(world, c, whole, dc.mode, max_tokens, {}, dc.fp32, true);
+  for (int r = 0; r < dc.world; ++r) {  // forward's workspace is smaller, and the data-parallel one refuses it
+    MXMOE_CUDA_CHECK(cudaSetDevice(r));
+    const Rank& rk = sharded.ranks[r];
+    EXPECT_LT(rk.moe->workspace_bytes(), rk.moe->data_parallel_workspace_bytes()) << "rank " << r;
+    auto* any = static_cast<uint16_t*>(rk.workspace.get());
+    expect_error_naming([&] { rk.moe->forward_data_parallel(any, reinterpret_cast<const float*>(any), 1, any, any,
+                                                              rk.moe->workspace_bytes(), world.streams[r]); },
+                        "data_parallel_workspace_bytes");
+  }
   MXMOE_CUDA_CHECK(cudaSetDevice(0));
   const MoeRunner single(c, whole.view(), gemv_options(max_tokens, Backend::Auto));
   const int64_t H = c.hidden, E = c.num_experts, k = c.top_k;

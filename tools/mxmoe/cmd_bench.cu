@@ -294,6 +294,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
     check_environment();
     if (o->experts != 0 && !(o->top_k > 0 && o->hidden > 0 && o->intermediate > 0))
       throw UsageError("--experts needs --top-k, --hidden and --intermediate too");
+    if (o->experts == 0 && (o->top_k != 0 || o->hidden != 0 || o->intermediate != 0))
+      throw UsageError("--top-k, --hidden and --intermediate need --experts: an explicit shape comes whole (a --preset's "
+                       "shape cannot be changed in part)");
     if (o->experts != 0) custom_config(o->experts, o->top_k, o->hidden, o->intermediate);
     // The tune table selects among the W4A16 families; the W4A8 tiles are forced by MXMOE_PLAN=mma=fp8wgmmaN.
     if (!o->tune_path.empty() && o->precision == "fp8")

@@ -177,7 +177,7 @@ int run_bench_multi(const MultiOptions& o) {
     k.hidden = DeviceBuffer(hidden.data(), hidden.size() * 2);
     k.logits = DeviceBuffer(logits.data(), logits.size() * 4);
     k.out = DeviceBuffer(hidden_bytes);
-    k.workspace = DeviceBuffer(k.layers[0]->workspace_bytes());
+    k.workspace = DeviceBuffer(dp ? k.layers[0]->data_parallel_workspace_bytes() : k.layers[0]->workspace_bytes());
     MXMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&k.stream, cudaStreamNonBlocking));
   }
   MXMOE_CUDA_CHECK(cudaSetDevice(0));
