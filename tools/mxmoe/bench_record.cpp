@@ -7,9 +7,7 @@
 #include <iomanip>
 #include <sstream>
 
-#ifndef MXMOE_GIT_COMMIT
-#define MXMOE_GIT_COMMIT "unknown"
-#endif
+#include "mxmoe_git_commit.hpp"  // generated at every build (git_commit.cmake)
 
 namespace mxmoe::cli::bench {
 
