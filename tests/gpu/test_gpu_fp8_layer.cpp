@@ -53,9 +53,10 @@ TEST_P(GpuFp8Layer, MatchesTheW4a8ReferenceAndTheExactOneWithinItsError) {
   // The kernels differ from the model by the wgmma's accumulation (about 14 bits), summation order and
   // GEMM2's bf16 rows (0.2% per GEMM: test_gpu_wgmma_fp8.cpp). Those small differences in GEMM1's output
   // move about 2% of GEMM2's inputs across an e4m3 rounding boundary (a step is 6-12% of the value), so
-  // the layer sits 0.3-0.8% from the model (H200, 2026-11-28, GEMM2's input at the static scale; 1.2-2.0%
-  // when each row had its own scale, which a rounding in GEMM1 could move).
-  EXPECT_LE(m.rel, 2e-2) << "to the W4A8 reference; worst element " << m.worst << " abs error " << m.max_abs;
+  // the layer sits 0.25-1.3% from the model (H200, 2026-11-28, two runs, GEMM2's input at the static scale;
+  // T = 3 the most: fewest outputs; 1.2-2.0% when each row had its own scale, which a rounding in GEMM1
+  // could move).
+  EXPECT_LE(m.rel, 3e-2) << "to the W4A8 reference; worst element " << m.worst << " abs error " << m.max_abs;
   // W4A8 itself is 3.9-4.8% off the exact layer on such inputs (test_fp8_numerics.cpp bounds it by 6%).
   if (c.tokens > 0) EXPECT_LE(e.rel, 8e-2) << "to the exact reference; worst element " << e.worst;
 }
