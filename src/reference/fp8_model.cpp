@@ -51,7 +51,7 @@ float gemm2_input_scale(float alpha, float limit) {
   const double bound = glu * (static_cast<double>(limit) + 1);
   int e = std::ilogb(kE4m3Max / bound);
   while (bound * std::ldexp(1.0, e) > kE4m3Max) --e;
-  return std::ldexp(1.f, e);
+  return e >= -126 && e <= 126 ? std::ldexp(1.f, e) : 0.f;  // s and 1 / s normal floats
 }
 
 void static_round_trip(std::span<float> x, float s) {

@@ -39,7 +39,8 @@ float row_round_trip(std::span<float> x);
 // GEMM2's input scale: the largest power of two s with bound x s <= 448, the bound on |SwiGLU output|
 // for `alpha` > 0: gate <= limit, so gate x sigmoid(alpha gate) lies in [-0.2785 / alpha,
 // limit x sigmoid(alpha limit)], and |linear + 1| <= limit + 1. gpt-oss (alpha 1.702, limit 7): bound
-// 56.0, s = 8. 0 when alpha <= 0 (the gate's negative side is then unbounded: no static scale fits).
+// 56.0, s = 8. 0 when alpha <= 0 (the gate's negative side is then unbounded: no static scale fits) or
+// when s or 1 / s would not be a normal float (limits beyond about 2^63 or below 2^-126).
 float gemm2_input_scale(float alpha, float limit);
 
 // x as GEMM2 reads it (in place): each value e4m3(v x s) / s (round to nearest even, saturating; NaN

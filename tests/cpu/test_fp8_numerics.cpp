@@ -117,6 +117,9 @@ TEST(Fp8Numerics, Gemm2ScaleFitsTheSwigluBound) {
   EXPECT_EQ(fp8::gemm2_input_scale(1.702f, 7.f), 8.f);  // gpt-oss: |y| <= 7 x 8 = 56, 56 x 8 = 448
   EXPECT_EQ(fp8::gemm2_input_scale(0.f, 7.f), 0.f);
   EXPECT_EQ(fp8::gemm2_input_scale(-1.f, 7.f), 0.f);
+  EXPECT_EQ(fp8::gemm2_input_scale(1.702f, 1e30f), 0.f);  // 1 / s would be below float's normals
+  // A tiny clamp: the gate's negative side bounds it, 0.2785 / 1.702 x 1.001 = 0.164, so s = 2048.
+  EXPECT_EQ(fp8::gemm2_input_scale(1.702f, 1e-3f), 2048.f);
   for (const float alpha : {0.05f, 0.5f, 1.702f, 4.f})
     for (const float limit : {0.25f, 1.f, 3.f, 7.f, 10.f, 100.f}) {
       const float s = fp8::gemm2_input_scale(alpha, limit);
