@@ -252,9 +252,10 @@ def test_first_call_inside_torch_compile(tmp_path):
 
 
 def test_precision_fp8_on_the_reference(rng):
-    """precision="fp8" runs the W4A8 numerics (e4m3 activations, one scale per row): close to bf16's
-    output (W4A8 is about 4% off), not equal to it; the layer says its precision; bad names and the W4A16
-    backends raise mxmoe.Error naming precision."""
+    """precision="fp8" runs the W4A8 numerics (e4m3 tokens with one scale each, GEMM2's input at the
+    SwiGLU bound's static scale): close to bf16's output (W4A8 is about 4% off), not equal to it; the layer
+    says its precision; bad names and the W4A16 backends raise mxmoe.Error naming precision, and a SwiGLU
+    without a bound (alpha <= 0) one naming swiglu_alpha."""
     w = random_layer(rng, E, H, I)
     cfg = make_config(E, K, H, I)
     hidden = f64_to_bf16(rng.normal(size=(6, H)))
@@ -269,3 +270,8 @@ def test_precision_fp8_on_the_reference(rng):
         mxmoe.MoeLayer(cfg, w, backend="reference", max_tokens=6, precision="fp16")
     with pytest.raises(mxmoe.Error, match="precision"):
         mxmoe.MoeLayer(cfg, w, backend="gemv", max_tokens=6, precision="fp8")
+    unbounded = make_config(E, K, H, I)
+    unbounded.swiglu_alpha = -1.0
+    with pytest.raises(mxmoe.Error, match="swiglu_alpha"):
+        mxmoe.MoeLayer(unbounded, w, backend="reference", max_tokens=6, precision="fp8")
+    assert mxmoe.MoeLayer(unbounded, w, backend="reference", max_tokens=6).precision == "bf16"
