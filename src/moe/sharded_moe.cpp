@@ -57,7 +57,7 @@ ShardedMoe::ShardedMoe(const LayerShard& shard, const MoeWeights& weights, const
   MXMOE_REQUIRE(shard_.spec.mode == ShardMode::Tensor || shard_.local.num_experts >= shard_.full.top_k, "ShardSpec: rank ",
                 shard_.spec.rank, " owns ", shard_.local.num_experts, " experts; expert-parallel needs at least k = ",
                 shard_.full.top_k, " per rank (world_size <= E / k)");
-  // W4A8 on a shard (per-row activation scales over a rank's slice of I) has not run on GPUs: refused.
+  // W4A8 on a shard (a rank's slice of I in GEMM1's e4m3 output) has not run on GPUs: refused.
   MXMOE_REQUIRE(options.precision == Precision::Bf16, "precision: a sharded layer runs bf16 activations only");
   MoeConfig rank_config = shard_.local;
   rank_config.top_k = shard_.full.top_k;  // every token's k pairs, the other ranks' dropped

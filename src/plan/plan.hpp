@@ -13,7 +13,8 @@ enum class Family {
   Mma,    // the warp-level tensor-core family (W4A16, Bf16Atom): plain or swap-AB tiles
   Wgmma,  // Hopper's wgmma tiles (W4A16, sm_90a)
   Mx,     // the block-scaled path (MXFP8 activations, emulated or native MX atom)
-  WgmmaFp8,  // Hopper's W4A8 wgmma tiles (Precision::Fp8, sm_90a): e4m3 activations quantised per row
+  WgmmaFp8,  // Hopper's W4A8 wgmma tiles (Precision::Fp8, sm_90a): e4m3 tokens (a scale each), GEMM2's
+             // input e4m3 at a static scale
 };
 const char* to_string(Family family);
 

@@ -76,8 +76,9 @@ int choose_gemv_ksplit(const DeviceCaps& caps, int tiles, int chunks, int max_ac
 // Split the W4A8 tiles' K where a GEMM's blocks leave resident slots empty (gpt-oss-120b at T = 1: 92 and
 // 48 blocks of the 32-row tile on 264 slots). The largest split whose blocks still run in one wave, at
 // most kMaxSplits and 2 chunks a split: a second, partial wave costs a whole block's time. Forced sweep on
-// an H200 at T = 1 (us, GEMM1 / GEMM2 with their quantisers; docs/fp8.md): 1 way 25.9 / 24.3, 2 ways
-// 24.8 / 18.0, 4 ways 26.7 (two waves) / 17.1, 8 ways 36.6 / 22.1 (both two waves); this rule picks 2 / 5.
+// an H200 at T = 1 (us, GEMM1 / GEMM2 with their quantisers, before GEMM2's moved into GEMM1's epilogue;
+// docs/fp8.md): 1 way 25.9 / 24.3, 2 ways 24.8 / 18.0, 4 ways 26.7 (two waves) / 17.1, 8 ways 36.6 / 22.1
+// (both two waves); this rule picks 2 / 5.
 int choose_fp8_splits(const DeviceCaps& caps, int rows, int64_t tile_sets, int chunks) {
   const int64_t slots = int64_t{caps.sm_count} * sm90::wgmma_fp8_blocks_per_sm(rows);
   if (tile_sets <= 0) return 1;
