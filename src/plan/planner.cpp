@@ -247,14 +247,16 @@ void Planner::choose_fp8_tile(int64_t tokens, double rows, Plan& p) const {
   p.ksplit1 = p.ksplit2 = 1;
   if (!sm90::wgmma_fp8_splits_built(rows_per_block)) return;
   const int64_t m_blocks = routing::m_tiles_bound(tokens * cfg.top_k, p.max_active, rows_per_block);
-  const auto splits = [&](int64_t weight_rows, int k) {
-    const int64_t weight_blocks = (weight_rows + sm90::kBlockWeightRows - 1) / sm90::kBlockWeightRows;
-    const int chunks = (k + gemv::kChunkK - 1) / gemv::kChunkK;
+  // The records' shape (as the GEMV plan reads it): 16-row tiles, 256 rows (kBlockWeightRows) a block.
+  constexpr int64_t kTilesPerBlock = sm90::kBlockWeightRows / gemv::kTileRows;
+  const auto splits = [&](const gemv::PackedShape& w) {
+    const int64_t weight_blocks = (w.tiles + kTilesPerBlock - 1) / kTilesPerBlock;
+    const int chunks = static_cast<int>(w.chunks);
     if (const auto& forced = in_.force.gemv_ksplit) return std::min(*forced, chunks);
     return choose_fp8_splits(in_.caps, rows_per_block, m_blocks * weight_blocks, chunks);
   };
-  p.ksplit1 = splits(2 * int64_t{cfg.intermediate}, cfg.hidden);
-  p.ksplit2 = splits(cfg.hidden, cfg.intermediate);
+  p.ksplit1 = splits(gemv::packed_shape(2 * int64_t{cfg.intermediate}, cfg.hidden / 32));
+  p.ksplit2 = splits(gemv::packed_shape(cfg.hidden, cfg.intermediate / 32));
 }
 
 void Planner::choose_gemv(int64_t tokens, double rows, Plan& p) const {
