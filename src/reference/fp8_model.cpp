@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "mxmoe/error.hpp"
 #include "mxmoe/formats.hpp"
 
 namespace mxmoe::fp8 {
@@ -52,6 +53,14 @@ float gemm2_input_scale(float alpha, float limit) {
   int e = std::ilogb(kE4m3Max / bound);
   while (bound * std::ldexp(1.0, e) > kE4m3Max) --e;
   return e >= -126 && e <= 126 ? std::ldexp(1.f, e) : 0.f;  // s and 1 / s normal floats
+}
+
+float require_gemm2_input_scale(float alpha, float limit, std::string_view who) {
+  const float s = gemm2_input_scale(alpha, limit);
+  MXMOE_REQUIRE(s > 0.f, who, " scales GEMM2's e4m3 input by the clamped SwiGLU's bound, which needs "
+                "MoeConfig.swiglu_alpha > 0 and a swiglu_limit in float's normal range, got swiglu_alpha ",
+                alpha, ", swiglu_limit ", limit);
+  return s;
 }
 
 void static_round_trip(std::span<float> x, float s) {

@@ -21,6 +21,7 @@
 // against a per-row scale (measured: no change in the layer's error, docs/fp8.md).
 #include <cstdint>
 #include <span>
+#include <string_view>
 
 namespace mxmoe::fp8 {
 
@@ -42,6 +43,8 @@ float row_round_trip(std::span<float> x);
 // 56.0, s = 8. 0 when alpha <= 0 (the gate's negative side is then unbounded: no static scale fits) or
 // when s or 1 / s would not be a normal float (limits beyond about 2^63 or below 2^-126).
 float gemm2_input_scale(float alpha, float limit);
+// The same, an Error naming `who` and the config's swiglu_alpha and swiglu_limit where there is none.
+float require_gemm2_input_scale(float alpha, float limit, std::string_view who);
 
 // x as GEMM2 reads it (in place): each value e4m3(v x s) / s (round to nearest even, saturating; NaN
 // stays NaN).
