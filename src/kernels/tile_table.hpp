@@ -116,6 +116,10 @@ inline constexpr TileRow kTileTable[] = {
     {TileFamily::WgmmaFp8, "fp8wgmma32", 32, 256, 128, 4, 16, 87040, kArchSm90a, false},
     {TileFamily::WgmmaFp8, "fp8wgmma64", 64, 256, 128, 4, 16, 103424, kArchSm90a, false},
     {TileFamily::WgmmaFp8, "fp8wgmma128", 128, 256, 128, 4, 16, 136192, kArchSm90a, false},
+    // The 192-row tile, 12 warps (192 weight rows: its 96 accumulators a thread need the registers of 16
+    // warps' blocks), one m-tile for an expert of up to 192 rows (gpt-oss-120b: 128 +- 11 at T = 4096,
+    // where the 128-row tile runs a second, nearly empty m-tile for half the experts).
+    {TileFamily::WgmmaFp8, "fp8wgmma192", 192, 192, 128, 4, 12, 152576, kArchSm90a, false},
 };
 inline constexpr size_t kTileCount = std::size(kTileTable);
 

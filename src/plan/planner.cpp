@@ -73,17 +73,30 @@ int choose_gemv_ksplit(const DeviceCaps& caps, int tiles, int chunks, int max_ac
   return best;
 }
 
+// The 192-row W4A8 tile from this many rows per expert: an expert of 129 to 192 rows is one m-tile
+// there, two (one nearly empty, each decoding every weight) in the 128-row tile; below that the 128-row
+// tile's 16 warps are faster. Forced on an H200 (2026-11-28_h200_fp8_wide_tile.txt), us, 128 / 192 rows:
+// gpt-oss-120b T = 2048 (64 rows) 1108 / 1263, 3072 (96) 1226 / 1402, 3584 (112) 1346-1353 / 1473, 3840
+// (120) 1445-1464 / 1505-1511, 4096 (128) 1666 / 1542; 20b T = 512 (64) 276 / 342, 1024 (128) 444 / 403,
+// 4096 (512) 1331 / 1242.
+constexpr int kFp8WideTile = 192;
+constexpr double kFp8WideTileRows = 124;
+
 // Split the W4A8 tiles' K where a GEMM's blocks leave resident slots empty (gpt-oss-120b at T = 1: 92 and
-// 48 blocks of the 32-row tile on 264 slots). The largest split whose blocks still run in one wave, at
-// most kMaxSplits and 2 chunks a split: a second, partial wave costs a whole block's time. Forced sweep on
-// an H200 at T = 1 (us, GEMM1 / GEMM2 with their quantisers, before GEMM2's moved into GEMM1's epilogue;
-// docs/fp8.md): 1 way 25.9 / 24.3, 2 ways 24.8 / 18.0, 4 ways 26.7 (two waves) / 17.1, 8 ways 36.6 / 22.1
-// (both two waves); this rule picks 2 / 5.
+// 48 blocks of the 32-row tile on 264 slots). The largest power-of-two split whose blocks still run in one
+// wave, at most kMaxSplits and 2 chunks a split: a second, partial wave costs a whole block's time. Forced
+// sweeps on an H200 at T = 1, us, GEMM1 / GEMM2 (`bench --stages`; docs/fp8.md): with GEMM2's quantiser
+// pass (before 49ba16c) 1 way 25.9 / 24.3, 2 ways 24.8 / 18.0, 4 ways 26.7 (two waves) / 17.1, 8 ways 36.6 /
+// 22.1 (both two waves); without it 25.4 / 33.2, 24.2 / 20.5, 26.3 / 14.7, 36.4 / 18.9, and GEMM2 at 5 ways
+// (the rule's pick before powers of two) 17.2. This rule picks 2 / 4.
 int choose_fp8_splits(const DeviceCaps& caps, int rows, int64_t tile_sets, int chunks) {
   const int64_t slots = int64_t{caps.sm_count} * sm90::wgmma_fp8_blocks_per_sm(rows);
   if (tile_sets <= 0) return 1;
   const int64_t most = std::min<int64_t>(sm90::kMaxSplits, std::max(chunks / 2, 1));
-  return static_cast<int>(std::clamp<int64_t>(slots / tile_sets, 1, most));
+  const int64_t fit = std::clamp<int64_t>(slots / tile_sets, 1, most);
+  int splits = 1;
+  while (2 * splits <= fit) splits *= 2;
+  return splits;
 }
 
 Planner::Planner(PlannerInput input) : in_(std::move(input)) {
@@ -226,8 +239,9 @@ void Planner::choose_tile(double rows, Plan& p) const {
 }
 
 // The W4A8 tiles at every T (the precision fixes the numerics, not the batch): the bf16 wgmma rows of
-// the preference table (preferences.cpp), the narrowest one below them. A forced sweep on an H200 found
-// them the fastest W4A8 tile at each T (docs/fp8.md).
+// the preference table (preferences.cpp), the narrowest one below them, and the 192-row tile (12 warps,
+// no bf16 twin) from kFp8WideTileRows rows per expert. A forced sweep on an H200 found them the fastest
+// W4A8 tile at each T (docs/fp8.md).
 void Planner::choose_fp8_tile(int64_t tokens, double rows, Plan& p) const {
   p.family = Family::WgmmaFp8;
   if (const auto& forced = in_.force.mma_tile) {  // checked at construction: an fp8 tile this build has
@@ -236,7 +250,8 @@ void Planner::choose_fp8_tile(int64_t tokens, double rows, Plan& p) const {
     const TilePreference* pick = nullptr;
     for (const TilePreference& row : tile_preferences(true))
       if (row.family == Family::Wgmma && (pick == nullptr || rows >= row.min_rows)) pick = &row;
-    const int tile = 16 * pick->m_tiles;
+    int tile = 16 * pick->m_tiles;
+    if (rows >= kFp8WideTileRows && kernels::tile_built(kernels::TileFamily::WgmmaFp8, kFp8WideTile)) tile = kFp8WideTile;
     p.m_tiles = (kernels::tile_built(kernels::TileFamily::WgmmaFp8, tile) ? tile : 32) / 16;
   }
   // Split-K per GEMM, in the tile that has it: the launch's blocks are its possible m-tiles x 256-row

@@ -287,7 +287,7 @@ TEST(Planner, AnExpertParallelRankPlansForItsShareOfThePairs) {
 }
 
 // Precision::Fp8 under auto plans the W4A8 wgmma tiles at every T on the Hopper targets (32 rows at
-// decode, 64 and 128 as the bf16 wgmma tiles grow); an SM120/SM121 target has no W4A8 tiles (its fp8 is
+// decode, 64 and 128 as the bf16 wgmma tiles grow, 192 from 124 rows per expert); an SM120/SM121 target has no W4A8 tiles (its fp8 is
 // the mx backend, which resolve_backend picks there); the W4A16 backends refuse it by name.
 TEST(Planner, Fp8PlansTheW4a8TilesOnHopperAndIsRefusedWhereTheyCannotRun) {
   const MoeConfig c = MoeConfig::preset("gpt-oss-120b");
@@ -298,17 +298,27 @@ TEST(Planner, Fp8PlansTheW4a8TilesOnHopperAndIsRefusedWhereTheyCannotRun) {
     for (const int64_t t : {1, 4, 64, 256, 1024, 4096}) {
       const Plan p = fp8.plan(t);
       EXPECT_EQ(p.family, Family::WgmmaFp8) << target << " T = " << t;
-      EXPECT_NE(p.to_string().find("wgmma fp8 (W4A8) 256x"), std::string::npos) << p.to_string();
+      const std::string weight_rows = t < 3968 ? "256x" : "192x";  // the 192-row tile has 12 warps
+      EXPECT_NE(p.to_string().find("wgmma fp8 (W4A8) " + weight_rows), std::string::npos) << p.to_string();
     }
     EXPECT_EQ(fp8.plan(1).m_tiles, 2);
     EXPECT_EQ(fp8.plan(1024).m_tiles, 4);  // 32 rows per expert
-    EXPECT_EQ(fp8.plan(4096).m_tiles, 8);
-    // Where bf16 runs a wgmma tile, fp8 runs the W4A8 tile of the same height (the same table rows).
+    EXPECT_EQ(fp8.plan(3967).m_tiles, 8);  // 123.97 rows per expert
+    EXPECT_EQ(fp8.plan(3968).m_tiles, 12);  // 124
+    EXPECT_EQ(fp8.plan(4096).m_tiles, 12);
+    // Where bf16 runs a wgmma tile, fp8 runs the W4A8 tile of the same height (the same table rows) below
+    // 124 rows per expert.
     const Planner bf16_auto(input_for(target, c));
-    for (const int64_t t : {448, 767, 768, 1919, 1920, 4096}) {
+    for (const int64_t t : {448, 767, 768, 1919, 1920, 3967}) {
       ASSERT_EQ(bf16_auto.plan(t).family, Family::Wgmma) << "T = " << t;
       EXPECT_EQ(fp8.plan(t).m_tiles, bf16_auto.plan(t).m_tiles) << target << " T = " << t;
     }
+    // gpt-oss-20b (32 experts): 124 rows per expert at T = 992.
+    PlannerInput in20 = input_for(target, MoeConfig::preset("gpt-oss-20b"));
+    in20.precision = Precision::Fp8;
+    EXPECT_EQ(Planner(in20).plan(991).m_tiles, 8);
+    EXPECT_EQ(Planner(in20).plan(992).m_tiles, 12);
+    EXPECT_EQ(Planner(in20).plan(4096).m_tiles, 12);
     EXPECT_EQ(Planner(input_for(target, c)).plan(1).family, Family::Gemv) << "bf16 stays the default";
     // Forced through mma=: an fp8 tile at fp8 only, a W4A16 tile at bf16 only.
     PlannerInput forced = in;
@@ -336,7 +346,7 @@ TEST(Planner, Fp8PlansTheW4a8TilesOnHopperAndIsRefusedWhereTheyCannotRun) {
 
 // The W4A8 tiles' split-K: at decode sizes each GEMM's K is shared by as many blocks of a cluster as
 // still run in one wave on the target (gpt-oss-120b at T = 1 on 132 SMs, 2 blocks each: GEMM1's 92
-// blocks 2 ways, GEMM2's 48 blocks 5 ways), never past kMaxSplits or 2 chunks a split; none once a
+// blocks 2 ways, GEMM2's 48 blocks 4 ways: powers of two), never past kMaxSplits or 2 chunks a split; none once a
 // GEMM's blocks fill the SMs; only in the 32-row tile (the one that runs at decode sizes); forced by ksplit=.
 TEST(Planner, Fp8SplitsKWhereTheBlocksLeaveSlotsEmpty) {
   for (const std::string model : {"gpt-oss-20b", "gpt-oss-120b"}) {
@@ -347,8 +357,8 @@ TEST(Planner, Fp8SplitsKWhereTheBlocksLeaveSlotsEmpty) {
       const Planner fp8(in);
       const Plan one = fp8.plan(1);
       EXPECT_EQ(one.ksplit1, 2) << model << " " << target;
-      EXPECT_EQ(one.ksplit2, 5) << model << " " << target;
-      EXPECT_NE(one.to_string().find("split-K 2 / 5 (clusters)"), std::string::npos) << one.to_string();
+      EXPECT_EQ(one.ksplit2, 4) << model << " " << target;
+      EXPECT_NE(one.to_string().find("split-K 2 / 4 (clusters)"), std::string::npos) << one.to_string();
       for (const int64_t t : {1, 2, 3, 4, 8, 16, 64, 256, 1024, 4096}) {
         const Plan p = fp8.plan(t);
         const int rows = 16 * p.m_tiles;
@@ -359,7 +369,9 @@ TEST(Planner, Fp8SplitsKWhereTheBlocksLeaveSlotsEmpty) {
           EXPECT_GE(split, 1);
           EXPECT_LE(split, sm90::kMaxSplits);
           EXPECT_LE(split * 2, 23) << "at least 2 chunks a split";
+          EXPECT_EQ(split & (split - 1), 0) << "a power of two";
           if (split > 1) EXPECT_LE(split * blocks, slots) << model << " T = " << t << ": one wave";
+          if (split > 1) EXPECT_GT(split * 2 * blocks, slots) << model << " T = " << t << ": the largest";
           EXPECT_EQ(split > 1, rows == sm90::kSplitRows && blocks * 2 <= slots)
               << model << " T = " << t << ": split where a second block fits";
         }
@@ -370,12 +382,13 @@ TEST(Planner, Fp8SplitsKWhereTheBlocksLeaveSlotsEmpty) {
       forced.force = parse_plan_override("ksplit=8", "MXMOE_PLAN");
       EXPECT_EQ(Planner(forced).plan(16).ksplit1, 8);
       EXPECT_EQ(Planner(forced).plan(1).ksplit2, 8);
-      EXPECT_EQ(Planner(forced).plan(4096).ksplit1, 1) << "the 128-row tile has no split-K";
+      EXPECT_EQ(Planner(forced).plan(4096).ksplit1, 1) << "the 192-row tile has no split-K";
     }
   }
   // The rule itself, on the H200's 132 SMs.
   EXPECT_EQ(choose_fp8_splits(target_caps("h200"), 32, 92, 23), 2);
-  EXPECT_EQ(choose_fp8_splits(target_caps("h200"), 32, 48, 23), 5);
+  EXPECT_EQ(choose_fp8_splits(target_caps("h200"), 32, 48, 23), 4);   // 5 fit: powers of two
+  EXPECT_EQ(choose_fp8_splits(target_caps("h200"), 32, 66, 23), 4);
   EXPECT_EQ(choose_fp8_splits(target_caps("h200"), 32, 10, 23), 8);   // at most kMaxSplits
   EXPECT_EQ(choose_fp8_splits(target_caps("h200"), 32, 10, 5), 2);    // at least 2 chunks a split
   EXPECT_EQ(choose_fp8_splits(target_caps("h200"), 128, 92, 23), 1);  // one block per SM: 132 slots

@@ -62,8 +62,8 @@ TEST_P(GpuFp8Layer, MatchesTheW4a8ReferenceAndTheExactOneWithinItsError) {
 }
 
 // gpt-oss-20b's shape at decode and mid sizes (the 32- and 64-row tiles); the largest batches on a
-// smaller K (the CPU reference's cost), where the 128-row tile runs; K not a multiple of 128; one
-// expert taking every token.
+// smaller K (the CPU reference's cost), where the 128-row (T = 700: 88 rows per expert) and the 192-row
+// tiles run (T = 1000 and 4096: 125 and 512); K not a multiple of 128; one expert taking every token.
 INSTANTIATE_TEST_SUITE_P(
     Shapes, GpuFp8Layer,
     ::testing::Values(Fp8LayerCase{"t0_20b", MoeConfig::preset("gpt-oss-20b"), 0, false},
@@ -71,6 +71,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Fp8LayerCase{"t3_120b", MoeConfig::preset("gpt-oss-120b"), 3, false},
                       Fp8LayerCase{"t64_20b", MoeConfig::preset("gpt-oss-20b"), 64, false},
                       Fp8LayerCase{"t256_20b", MoeConfig::preset("gpt-oss-20b"), 256, false},
+                      Fp8LayerCase{"t700_small", make_config(32, 4, 512, 512), 700, false},
                       Fp8LayerCase{"t1000_small", make_config(32, 4, 512, 512), 1000, false},
                       Fp8LayerCase{"t4096_small", make_config(32, 4, 512, 512), 4096, false},
                       Fp8LayerCase{"t1000_one_expert", make_config(32, 4, 256, 192), 1000, true},

@@ -5,7 +5,7 @@
 // (quantize_tokens_e4m3), GEMM2's as GEMM1 writes them (e4m3 at the static scale, laid out on the host),
 // then the epilogue (bias, clamped SwiGLU and GEMM1's e4m3 output; bias, routing weight). T = 0, 1, 3,
 // 1000 and 4096 rows into one expert; experts without rows; K = 2880 and 4160 (K % 128 == 64) and 2944
-// (== 0); N not a multiple of the block's 256 weight rows; outputs poisoned.
+// (== 0); N not a multiple of the block's 256 (192) weight rows; outputs poisoned.
 //
 // The bound. The products of e4m3 values are exact and the CPU sums them in fp64, so the kernel differs
 // by its accumulation alone, then the bf16 output rounding (2^-9 of |ref|). Hopper's FP8 wgmma does not
@@ -52,8 +52,9 @@ struct Fp8Case {
 };
 
 // Rows per expert that put an m-tile of each narrower wgmma path of every tile (and of the full width)
-// at and past its boundary: 8 .. 64 in steps of 8, 96 and 128, each also plus one.
-constexpr int kWidthCounts[] = {1, 8, 9, 16, 17, 24, 25, 32, 33, 40, 41, 48, 49, 56, 57, 64, 65, 96, 97, 128, 129, 0};
+// at and past its boundary: 8 .. 64 in steps of 8, 96, 128, 144, 160 and 192, each also plus one.
+constexpr int kWidthCounts[] = {1,  8,  9,  16, 17, 24,  25,  32,  33,  40,  41,  48,  49,  56,  57,
+                                64, 65, 96, 97, 128, 129, 144, 145, 160, 161, 192, 193, 0};
 constexpr int kWidthExperts = static_cast<int>(std::size(kWidthCounts));
 constexpr int64_t width_tokens() {
   int64_t sum = 0;
@@ -411,7 +412,7 @@ std::vector<Fp8Param> params() {
       {width_tokens(), 2880, 400, kWidthExperts, 1, kWidthExperts, true},  // every wgmma width's m-tiles
   };
   std::vector<Fp8Param> out;
-  for (const int rows : {32, 64, 128})
+  for (const int rows : {32, 64, 128, 192})
     for (const Fp8Case& c : cases) out.push_back({rows, c});
   // Split-K (the 32-row tile's, planned at decode sizes): 3 ways (23 chunks as 7, 8, 8) and the most, 8 (2
   // or 3 chunks each), on the small and the odd cases and every path width.

@@ -70,8 +70,8 @@ __device__ __forceinline__ void wgmma_fence_operands(float (&d)[kRegs]) {
   for (int i = 0; i < kRegs; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// The register-A wgmma of every width N (a multiple of 8 up to 64, 96 or 128), one asm template for all:
-// its operands are listed as (a0, a1, a2, a3, desc, scale_d, d[0], d[1], ...), so d[i] is always
+// The register-A wgmma of every width N (a multiple of 8 up to 64, 96, 128, or a multiple of 8 from 136 to
+// 192: the FP8 192-row tile's), one asm template for all: its operands are listed as (a0, a1, a2, a3, desc, scale_d, d[0], d[1], ...), so d[i] is always
 // %(6 + i) and only the accumulator list grows with N. (A and the descriptor are read-write operands
 // only to come first: the instruction writes nothing but d.) The placeholders and operands of the first
 // R accumulators, 4 at a time:
@@ -91,6 +91,14 @@ __device__ __forceinline__ void wgmma_fence_operands(float (&d)[kRegs]) {
 #define MXMOE_WGMMA_D56 MXMOE_WGMMA_D52 ",%58,%59,%60,%61"
 #define MXMOE_WGMMA_D60 MXMOE_WGMMA_D56 ",%62,%63,%64,%65"
 #define MXMOE_WGMMA_D64 MXMOE_WGMMA_D60 ",%66,%67,%68,%69"
+#define MXMOE_WGMMA_D68 MXMOE_WGMMA_D64 ",%70,%71,%72,%73"
+#define MXMOE_WGMMA_D72 MXMOE_WGMMA_D68 ",%74,%75,%76,%77"
+#define MXMOE_WGMMA_D76 MXMOE_WGMMA_D72 ",%78,%79,%80,%81"
+#define MXMOE_WGMMA_D80 MXMOE_WGMMA_D76 ",%82,%83,%84,%85"
+#define MXMOE_WGMMA_D84 MXMOE_WGMMA_D80 ",%86,%87,%88,%89"
+#define MXMOE_WGMMA_D88 MXMOE_WGMMA_D84 ",%90,%91,%92,%93"
+#define MXMOE_WGMMA_D92 MXMOE_WGMMA_D88 ",%94,%95,%96,%97"
+#define MXMOE_WGMMA_D96 MXMOE_WGMMA_D92 ",%98,%99,%100,%101"
 #define MXMOE_WGMMA_F(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
 #define MXMOE_WGMMA_F4 MXMOE_WGMMA_F(0)
 #define MXMOE_WGMMA_F8 MXMOE_WGMMA_F4, MXMOE_WGMMA_F(4)
@@ -108,16 +116,24 @@ __device__ __forceinline__ void wgmma_fence_operands(float (&d)[kRegs]) {
 #define MXMOE_WGMMA_F56 MXMOE_WGMMA_F52, MXMOE_WGMMA_F(52)
 #define MXMOE_WGMMA_F60 MXMOE_WGMMA_F56, MXMOE_WGMMA_F(56)
 #define MXMOE_WGMMA_F64 MXMOE_WGMMA_F60, MXMOE_WGMMA_F(60)
+#define MXMOE_WGMMA_F68 MXMOE_WGMMA_F64, MXMOE_WGMMA_F(64)
+#define MXMOE_WGMMA_F72 MXMOE_WGMMA_F68, MXMOE_WGMMA_F(68)
+#define MXMOE_WGMMA_F76 MXMOE_WGMMA_F72, MXMOE_WGMMA_F(72)
+#define MXMOE_WGMMA_F80 MXMOE_WGMMA_F76, MXMOE_WGMMA_F(76)
+#define MXMOE_WGMMA_F84 MXMOE_WGMMA_F80, MXMOE_WGMMA_F(80)
+#define MXMOE_WGMMA_F88 MXMOE_WGMMA_F84, MXMOE_WGMMA_F(84)
+#define MXMOE_WGMMA_F92 MXMOE_WGMMA_F88, MXMOE_WGMMA_F(88)
+#define MXMOE_WGMMA_F96 MXMOE_WGMMA_F92, MXMOE_WGMMA_F(92)
 // One wgmma.mma_async of `shape_types` (e.g. "m64n32k16.f32.bf16.bf16") with R accumulators; `tail`:
 // the operands after imm-scale-b (the bf16 forms' imm-trans-b).
 #define MXMOE_WGMMA_RS(shape_types, R, tail)                                                         \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %5, 0;\nwgmma.mma_async.sync.aligned." shape_types \
                " {" MXMOE_WGMMA_D##R "}, {%0,%1,%2,%3}, %4, p, 1, 1" tail ";\n}\n"                   \
                : "+r"(a0), "+r"(a1), "+r"(a2), "+r"(a3), "+l"(desc), "+r"(scale_d), MXMOE_WGMMA_F##R)
-// The body of a wgmma_rs_* template: the wgmma of width kN (8 to 64 in steps of 8, 96 or 128) whose shape
-// ends in `k_types` (e.g. "k16.f32.bf16.bf16"), accumulating into d.
+// The body of a wgmma_rs_* template: the wgmma of width kN (8 to 64 in steps of 8, 96, 128, 136 to 192 in
+// steps of 8) whose shape ends in `k_types` (e.g. "k16.f32.bf16.bf16"), accumulating into d.
 #define MXMOE_WGMMA_RS_WIDTHS(k_types, tail)                                                       \
-  static_assert((kN % 8 == 0 && kN <= 64) || kN == 96 || kN == 128, "a wgmma width of this family"); \
+  static_assert(kN % 8 == 0 && (kN <= 64 || kN == 96 || kN >= 128) && kN <= 192, "a wgmma width of this family"); \
   uint32_t scale_d = 1;                                                                            \
   if constexpr (kN == 8) MXMOE_WGMMA_RS("m64n8" k_types, 4, tail);                                 \
   else if constexpr (kN == 16) MXMOE_WGMMA_RS("m64n16" k_types, 8, tail);                          \
@@ -128,7 +144,15 @@ __device__ __forceinline__ void wgmma_fence_operands(float (&d)[kRegs]) {
   else if constexpr (kN == 56) MXMOE_WGMMA_RS("m64n56" k_types, 28, tail);                         \
   else if constexpr (kN == 64) MXMOE_WGMMA_RS("m64n64" k_types, 32, tail);                         \
   else if constexpr (kN == 96) MXMOE_WGMMA_RS("m64n96" k_types, 48, tail);                         \
-  else MXMOE_WGMMA_RS("m64n128" k_types, 64, tail)
+  else if constexpr (kN == 128) MXMOE_WGMMA_RS("m64n128" k_types, 64, tail);                       \
+  else if constexpr (kN == 136) MXMOE_WGMMA_RS("m64n136" k_types, 68, tail);                       \
+  else if constexpr (kN == 144) MXMOE_WGMMA_RS("m64n144" k_types, 72, tail);                       \
+  else if constexpr (kN == 152) MXMOE_WGMMA_RS("m64n152" k_types, 76, tail);                       \
+  else if constexpr (kN == 160) MXMOE_WGMMA_RS("m64n160" k_types, 80, tail);                       \
+  else if constexpr (kN == 168) MXMOE_WGMMA_RS("m64n168" k_types, 84, tail);                       \
+  else if constexpr (kN == 176) MXMOE_WGMMA_RS("m64n176" k_types, 88, tail);                       \
+  else if constexpr (kN == 184) MXMOE_WGMMA_RS("m64n184" k_types, 92, tail);                       \
+  else MXMOE_WGMMA_RS("m64n192" k_types, 96, tail)
 
 // D (64 x N, fp32) += A (64 x 16 bf16, registers) x B (N rows x 16 of K, bf16, shared memory through
 // `desc`), by the whole warpgroup. N: 8 to 64 in steps of 8, 96 or 128.

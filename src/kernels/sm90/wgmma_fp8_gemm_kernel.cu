@@ -22,11 +22,11 @@ namespace {
 // kernel, so that the unsplit kernels stay as they were (the split's chunk range and reduction cost
 // registers: 56 -> 62 in the 32-row tile, and 1% at T = 4 to 16 on an H200).
 template <bool kGemm1, int kRows, bool kSplit>
-__global__ void __launch_bounds__(kThreads, Fp8Shape<kRows>::kBlocksPerSm)
+__global__ void __launch_bounds__(Fp8Shape<kRows>::kThreads, Fp8Shape<kRows>::kBlocksPerSm)
     wgmma_fp8_kernel(const mma::MmaArgs a, const Fp8Operands f, const __grid_constant__ Fp8Maps maps, const int splits) {
 #if MXMOE_HAS_WGMMA
   using S = Fp8Shape<kRows>;
-  constexpr int kStages = S::kStages;
+  constexpr int kStages = S::kStages, kWarps = S::kWarps, kThreads = S::kThreads, kTiles = S::kTiles;
   static_assert(kRows / 2 * 4 * kThreads <= kStages * S::kStageBytes, "the ring holds a block's partial sums");
   constexpr int kAhead = kStages - 1;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -200,10 +200,6 @@ void launch_wgmma_fp8(const mma::MmaArgs& a, const Fp8Operands& fp8, int64_t tok
   if (tokens == 0 || max_active == 0) return;
   MXMOE_REQUIRE(a.n == a.tiles * gemv::kTileRows, "fp8 wgmma: N must be whole 16-row tiles, got ", a.n);
   const unsigned m_blocks = mma::m_tile_blocks(a, tokens, max_active, rows);
-  const int64_t blocks = static_cast<int64_t>(m_blocks) * ((a.tiles + kTiles - 1) / kTiles) * splits;
-  MXMOE_REQUIRE(blocks < (int64_t{1} << 31), "fp8 wgmma: too many blocks (", blocks, ")");
-  Fp8Maps maps{};
-  maps.weights = kernels::encode_record_map("fp8 wgmma weights", a, kernels::kRecordWords, kTiles);
   const uint64_t act_dims[] = {static_cast<uint64_t>(a.k), static_cast<uint64_t>(tokens * a.top_k)};
   const uint64_t act_strides[] = {static_cast<uint64_t>(a.k)};
   auto act_map = [&](const char* what, int box_rows) {
@@ -211,22 +207,25 @@ void launch_wgmma_fp8(const mma::MmaArgs& a, const Fp8Operands& fp8, int64_t tok
     return kernels::encode_tiled_map(what, CU_TENSOR_MAP_DATA_TYPE_UINT8, a.act, act_dims, act_strides, box,
                                      CU_TENSOR_MAP_SWIZZLE_128B);
   };
-  maps.act = act_map("fp8 wgmma activations", rows);
-  const dim3 grid(static_cast<unsigned>(blocks));
   kernels::with_row<kernels::TileFamily::WgmmaFp8>(rows, [&](auto i) {
     constexpr int kRows = kernels::kRowOf<decltype(i)>.rows;
-    for (int p = 0; p < Fp8Shape<kRows>::kNarrowPaths; ++p)
-      maps.act_narrow[p] = act_map("fp8 wgmma activations (a narrower path's rows)", Fp8Shape<kRows>::narrow_n(p));
-    constexpr size_t kSmem = Fp8Shape<kRows>::kSmemBytes;
+    using S = Fp8Shape<kRows>;
+    const int64_t blocks = static_cast<int64_t>(m_blocks) * ((a.tiles + S::kTiles - 1) / S::kTiles) * splits;
+    MXMOE_REQUIRE(blocks < (int64_t{1} << 31), "fp8 wgmma: too many blocks (", blocks, ")");
+    Fp8Maps maps{};
+    maps.weights = kernels::encode_record_map("fp8 wgmma weights", a, kernels::kRecordWords, S::kTiles);
+    maps.act = act_map("fp8 wgmma activations", rows);
+    for (int p = 0; p < S::kNarrowPaths; ++p)
+      maps.act_narrow[p] = act_map("fp8 wgmma activations (a narrower path's rows)", S::narrow_n(p));
+    const dim3 grid(static_cast<unsigned>(blocks)), block(S::kThreads);
     if constexpr (wgmma_fp8_splits_built(kRows)) {
       if (splits > 1) {
-        kernels::launch_with_pdl_in_clusters(wgmma_fp8_kernel<kGemm1, kRows, true>, grid, dim3(kThreads), kSmem, stream,
+        kernels::launch_with_pdl_in_clusters(wgmma_fp8_kernel<kGemm1, kRows, true>, grid, block, S::kSmemBytes, stream,
                                              dim3(splits, 1, 1), a, fp8, maps, splits);
         return;
       }
     }
-    kernels::launch_with_pdl(wgmma_fp8_kernel<kGemm1, kRows, false>, grid, dim3(kThreads), kSmem, stream, a, fp8, maps,
-                             1);
+    kernels::launch_with_pdl(wgmma_fp8_kernel<kGemm1, kRows, false>, grid, block, S::kSmemBytes, stream, a, fp8, maps, 1);
   });
 }
 

@@ -32,21 +32,30 @@ namespace {
 template <int kRows>
 struct Fp8Shape {
   static_assert(kRows % 8 == 0, "whole 8-row swizzle groups");
+  // Warps (one 16-row weight tile each): 16 (256 weight rows, as the bf16 tiles), 12 in the 192-row tile,
+  // whose 96 accumulators a thread need more registers than 16 warps leave. 12 tiles also divide gpt-oss's
+  // GEMMs (5760 and 2880 rows: 30 and 15 blocks; 256 leaves a half and a quarter block).
+  static constexpr int kWarps = kRows == 192 ? 12 : 16;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kTiles = kWarps;
   static constexpr int kActBytes = kRows * kLineBytes;  // the chunk's line of every row
   static constexpr int kWeightBytes = kTiles * gemv::kChunkBytes;
   static constexpr int kStageBytes = (kActBytes + kWeightBytes + 1023) / 1024 * 1024;
   // Two blocks per SM up to 64 rows (64 registers a thread, as the bf16 tiles; at 64 rows ptxas then
   // serialises the wgmmas (C7511), as in the bf16 64-row tile, and the SM's 8 warpgroups hide it: on an
-  // H200 gpt-oss-120b's layer at T = 1024 took 911-915 us at one block, 834-835 at two), one at 128.
+  // H200 gpt-oss-120b's layer at T = 1024 took 911-915 us at one block, 834-835 at two), one from 128.
   // Half the activation bytes of the bf16 stages leave room for 4 stages in every height.
   static constexpr int kBlocksPerSm = wgmma_fp8_blocks_per_sm(kRows);
   static constexpr int kStages = 4;
   static constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + the base's alignment to 1024
   // The narrower wgmmas of m-tiles with fewer rows (narrow_paths.cuh), as the bf16 tiles': in the 32-row
   // tile 8, 16 and 24 (gpt-oss-120b has 2.3 rows per expert at T = 64, 8 at 256, 16 at 512), in the
-  // 64-row tile every multiple of 8 from 24 (32 +- 6 at T = 1024), in the 128-row tile 64 and 96.
-  static constexpr int kNarrowPaths = kRows == 32 ? 3 : kRows == 64 ? 5 : 2;
+  // 64-row tile every multiple of 8 from 24 (32 +- 6 at T = 1024), in the 128-row tile 64 and 96, in the
+  // 192-row tile 96, 128, 144 and 160 (128 +- 11 at T = 4096; a fifth path, or 8, made ptxas serialise its
+  // wgmmas, C7511/C7512, at the 168 registers of 12 warps).
+  static constexpr int kNarrowPaths = kRows == 32 ? 3 : kRows == 64 ? 5 : kRows == 128 ? 2 : 4;
   static constexpr int narrow_n(int path) {
+    if (kRows == 192) return path == 0 ? 96 : 128 + 16 * (path - 1);
     return kRows == 32 ? 8 + 8 * path : kRows == 64 ? 24 + 8 * path : 64 + 32 * path;
   }
   static constexpr int path_n(int path) { return path < kNarrowPaths ? narrow_n(path) : kRows; }
@@ -57,7 +66,7 @@ struct Fp8Shape {
 
 // The descriptors of a launch (kernel parameter, __grid_constant__).
 struct Fp8Maps {
-  CUtensorMap weights;  // 3D: 136 x 8 bytes, chunks, experts x tiles; box {136, 1, 16}
+  CUtensorMap weights;  // 3D: 136 x 8 bytes, chunks, experts x tiles; box {136, 1, the shape's kTiles}
   CUtensorMap act;      // 2D bytes: K padded to whole chunks, rows; box {128, rows}, 128-byte swizzle
   CUtensorMap act_narrow[kMaxNarrowPaths];  // the same with box {128, N} per narrower path; zero past the tile's
 };
