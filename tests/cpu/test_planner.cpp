@@ -319,6 +319,13 @@ TEST(Planner, Fp8PlansTheW4a8TilesOnHopperAndIsRefusedWhereTheyCannotRun) {
     EXPECT_EQ(Planner(in20).plan(991).m_tiles, 8);
     EXPECT_EQ(Planner(in20).plan(992).m_tiles, 12);
     EXPECT_EQ(Planner(in20).plan(4096).m_tiles, 12);
+    // The GPU layer test's small shape (test_gpu_fp8_layer.cpp) runs the 128-row tile at T = 700 (88 rows
+    // per expert) and the 192-row one at T = 1000 and 4096 (125 and 512).
+    PlannerInput small = input_for(target, test::make_config(32, 4, 512, 512));
+    small.precision = Precision::Fp8;
+    EXPECT_EQ(Planner(small).plan(700).m_tiles, 8);
+    EXPECT_EQ(Planner(small).plan(1000).m_tiles, 12);
+    EXPECT_EQ(Planner(small).plan(4096).m_tiles, 12);
     EXPECT_EQ(Planner(input_for(target, c)).plan(1).family, Family::Gemv) << "bf16 stays the default";
     // Forced through mma=: an fp8 tile at fp8 only, a W4A16 tile at bf16 only.
     PlannerInput forced = in;
