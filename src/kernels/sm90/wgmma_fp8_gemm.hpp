@@ -1,8 +1,8 @@
 #pragma once
 // Hopper's FP8 (W4A8) tensor-core family (sm_90a; docs/fp8.md, reference/fp8_model.hpp): the bf16 wgmma
-// tiles' shape (wgmma_gemm.hpp: 16 warps, one 16-row weight tile each = 256 weight rows on M, 32, 64 or
-// 128 rows of one expert on N, K in chunks of 128 through a ring of tensor-copy stages) with e4m3
-// operands, one m64nNk32 wgmma per K step of 32:
+// tiles' shape (wgmma_gemm.hpp: 16 warps, one 16-row weight tile each = 256 weight rows on M; the 192-row
+// tile: 12 warps, 192 weight rows), 32, 64, 128 or 192 rows of one expert on N, K in chunks of 128 through
+// a ring of tensor-copy stages) with e4m3 operands, one m64nNk32 wgmma per K step of 32:
 // - weights: the GEMV layout's records as they are, each MXFP4 element decoded in registers to the e4m3
 //   byte of m x 2^(x - c) (layout/fp8_decode.cuh), c the row's exponent (layout/fp8_row_exponents.hpp);
 // - activations: e4m3 rows in fp8_chunk_order.hpp's order, one 128-byte line per row and chunk: GEMM1's
@@ -37,10 +37,10 @@ struct Fp8Operands {
 inline constexpr int kMaxSplits = 8;
 inline constexpr int kSplitRows = 32;
 constexpr bool wgmma_fp8_splits_built(int rows) { return rows == kSplitRows; }
-// Resident blocks per SM of the `rows`-row tile (its launch bound): two up to 64 rows, one at 128.
+// Resident blocks per SM of the `rows`-row tile (its launch bound): two up to 64 rows, one from 128.
 constexpr int wgmma_fp8_blocks_per_sm(int rows) { return rows <= 64 ? 2 : 1; }
 
-// Whether this build has the family's tile of `rows` rows (the tile table's WgmmaFp8 rows: 32, 64, 128),
+// Whether this build has the family's tile of `rows` rows (the tile table's WgmmaFp8 rows: 32, 64, 128, 192),
 // its dynamic shared memory, and whether the family runs on `device` (as wgmma_runs).
 bool wgmma_fp8_rows_supported(int rows);
 size_t wgmma_fp8_smem_bytes(int rows);
