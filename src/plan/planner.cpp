@@ -16,6 +16,7 @@
 #include "kernels/sm90/wgmma_gemm.hpp"
 #include "mxmoe/error.hpp"
 #include "plan/preferences.hpp"
+#include "plan/tile_rows.hpp"
 
 namespace mxmoe::plan {
 namespace {
@@ -254,18 +255,18 @@ void Planner::choose_fp8_tile(int64_t tokens, double rows, Plan& p) const {
     if (rows >= kFp8WideTileRows && kernels::tile_built(kernels::TileFamily::WgmmaFp8, kFp8WideTile)) tile = kFp8WideTile;
     p.m_tiles = (kernels::tile_built(kernels::TileFamily::WgmmaFp8, tile) ? tile : 32) / 16;
   }
-  // Split-K per GEMM, in the tile that has it: the launch's blocks are its possible m-tiles x 256-row
-  // weight blocks (wgmma_fp8_gemm_kernel.cu); MXMOE_PLAN ksplit= forces both (the other tiles ignore it,
-  // as the GEMV's 16-row batches do).
+  // Split-K per GEMM, in the tile that has it: the launch's blocks are its possible m-tiles x weight
+  // blocks of the tile's weight rows (wgmma_fp8_gemm_kernel.cu); MXMOE_PLAN ksplit= forces both (the
+  // other tiles ignore it, as the GEMV's 16-row batches do).
   const MoeConfig& cfg = in_.config;
   const int rows_per_block = 16 * p.m_tiles;
   p.ksplit1 = p.ksplit2 = 1;
   if (!sm90::wgmma_fp8_splits_built(rows_per_block)) return;
   const int64_t m_blocks = routing::m_tiles_bound(tokens * cfg.top_k, p.max_active, rows_per_block);
-  // The records' shape (as the GEMV plan reads it): 16-row tiles, 256 rows (kBlockWeightRows) a block.
-  constexpr int64_t kTilesPerBlock = sm90::kBlockWeightRows / gemv::kTileRows;
+  // The records' shape (as the GEMV plan reads it): 16-row tiles, the tile's weight rows a block.
+  const int64_t tiles_per_block = kernels::kTileTable[row_of(p)].weight_rows / gemv::kTileRows;
   const auto splits = [&](const gemv::PackedShape& w) {
-    const int64_t weight_blocks = (w.tiles + kTilesPerBlock - 1) / kTilesPerBlock;
+    const int64_t weight_blocks = (w.tiles + tiles_per_block - 1) / tiles_per_block;
     const int chunks = static_cast<int>(w.chunks);
     if (const auto& forced = in_.force.gemv_ksplit) return std::min(*forced, chunks);
     return choose_fp8_splits(in_.caps, rows_per_block, m_blocks * weight_blocks, chunks);

@@ -16,6 +16,7 @@
 #include "mxmoe/config.hpp"
 #include "mxmoe/error.hpp"
 #include "plan/planner.hpp"
+#include "plan/tile_rows.hpp"
 #include "planner_test_support.hpp"
 #include "test_support.hpp"
 
@@ -287,8 +288,9 @@ TEST(Planner, AnExpertParallelRankPlansForItsShareOfThePairs) {
 }
 
 // Precision::Fp8 under auto plans the W4A8 wgmma tiles at every T on the Hopper targets (32 rows at
-// decode, 64 and 128 as the bf16 wgmma tiles grow, 192 from 124 rows per expert); an SM120/SM121 target has no W4A8 tiles (its fp8 is
-// the mx backend, which resolve_backend picks there); the W4A16 backends refuse it by name.
+// decode, 64 and 128 as the bf16 wgmma tiles grow, 192 from 124 rows per expert); an SM120/SM121 target
+// has no W4A8 tiles (its fp8 is the mx backend, which resolve_backend picks there); the W4A16 backends
+// refuse it by name.
 TEST(Planner, Fp8PlansTheW4a8TilesOnHopperAndIsRefusedWhereTheyCannotRun) {
   const MoeConfig c = MoeConfig::preset("gpt-oss-120b");
   for (const std::string target : {"h100", "h200"}) {
@@ -353,8 +355,9 @@ TEST(Planner, Fp8PlansTheW4a8TilesOnHopperAndIsRefusedWhereTheyCannotRun) {
 
 // The W4A8 tiles' split-K: at decode sizes each GEMM's K is shared by as many blocks of a cluster as
 // still run in one wave on the target (gpt-oss-120b at T = 1 on 132 SMs, 2 blocks each: GEMM1's 92
-// blocks 2 ways, GEMM2's 48 blocks 4 ways: powers of two), never past kMaxSplits or 2 chunks a split; none once a
-// GEMM's blocks fill the SMs; only in the 32-row tile (the one that runs at decode sizes); forced by ksplit=.
+// blocks 2 ways, GEMM2's 48 blocks 4 ways: powers of two), never past kMaxSplits or 2 chunks a split;
+// none once a GEMM's blocks fill the SMs; only in the 32-row tile (the one that runs at decode sizes);
+// forced by ksplit=.
 TEST(Planner, Fp8SplitsKWhereTheBlocksLeaveSlotsEmpty) {
   for (const std::string model : {"gpt-oss-20b", "gpt-oss-120b"}) {
     const MoeConfig c = MoeConfig::preset(model);
@@ -371,7 +374,9 @@ TEST(Planner, Fp8SplitsKWhereTheBlocksLeaveSlotsEmpty) {
         const int rows = 16 * p.m_tiles;
         const int64_t slots = int64_t{target_caps(target).sm_count} * sm90::wgmma_fp8_blocks_per_sm(rows);
         const int64_t m_blocks = t * c.top_k / rows + p.max_active;
-        const int64_t blocks1 = m_blocks * ((2 * c.intermediate + 255) / 256), blocks2 = m_blocks * ((c.hidden + 255) / 256);
+        const int weight_rows = kernels::kTileTable[row_of(p)].weight_rows;  // 256, or 192 in the 192-row tile
+        const int64_t blocks1 = m_blocks * ((2 * c.intermediate + weight_rows - 1) / weight_rows),
+                      blocks2 = m_blocks * ((c.hidden + weight_rows - 1) / weight_rows);
         for (const auto& [split, blocks] : {std::pair{p.ksplit1, blocks1}, std::pair{p.ksplit2, blocks2}}) {
           EXPECT_GE(split, 1);
           EXPECT_LE(split, sm90::kMaxSplits);
@@ -395,7 +400,7 @@ TEST(Planner, Fp8SplitsKWhereTheBlocksLeaveSlotsEmpty) {
   // The rule itself, on the H200's 132 SMs.
   EXPECT_EQ(choose_fp8_splits(target_caps("h200"), 32, 92, 23), 2);
   EXPECT_EQ(choose_fp8_splits(target_caps("h200"), 32, 48, 23), 4);   // 5 fit: powers of two
-  EXPECT_EQ(choose_fp8_splits(target_caps("h200"), 32, 66, 23), 4);
+  EXPECT_EQ(choose_fp8_splits(target_caps("h200"), 32, 40, 23), 4);   // 6 fit
   EXPECT_EQ(choose_fp8_splits(target_caps("h200"), 32, 10, 23), 8);   // at most kMaxSplits
   EXPECT_EQ(choose_fp8_splits(target_caps("h200"), 32, 10, 5), 2);    // at least 2 chunks a split
   EXPECT_EQ(choose_fp8_splits(target_caps("h200"), 128, 92, 23), 1);  // one block per SM: 132 slots

@@ -22,22 +22,15 @@ inline size_t row_smem_bytes(kernels::TileFamily family, int rows, const char* w
   return static_cast<size_t>(kernels::kTileTable[row].smem_bytes);
 }
 
-// A shape's warps: its kWarps where it has one (the FP8 192-row tile's 12), else kBlockWarps.
-template <class S>
-constexpr int shape_warps() {
-  if constexpr (requires { S::kWarps; }) return S::kWarps;
-  else return kBlockWarps;
-}
-
-// The tile table's rows of a wgmma family are its kernels' shapes (Shape<rows>: kStages, kSmemBytes):
-// the block of its shape's warps (kBlockWarps unless it says) with a 16-row weight tile each, K in
-// chunks, the ring's stages and bytes, sm_90a only.
+// The tile table's rows of a wgmma family are its kernels' shapes (Shape<rows>: kWarps, kStages,
+// kSmemBytes): the block of the shape's warps with a 16-row weight tile each, K in chunks, the ring's
+// stages and bytes, sm_90a only.
 template <kernels::TileFamily kFamily, template <int> class Shape>
 constexpr bool rows_are_kernels() {
   return kernels::all_rows_of<kFamily>([](auto i) {
     constexpr kernels::TileRow r = kernels::kRowOf<decltype(i)>;
     using S = Shape<r.rows>;
-    static_assert(r.warps == shape_warps<S>() && r.weight_rows == r.warps * gemv::kTileRows &&
+    static_assert(r.warps == S::kWarps && r.weight_rows == r.warps * gemv::kTileRows &&
                       r.k_chunk == gemv::kChunkK,
                   "a wgmma row: its shape's warps, one 16-row weight tile each, K in chunks");
     static_assert(r.stages == S::kStages && r.smem_bytes == S::kSmemBytes, "a wgmma row's ring is its shape's");

@@ -31,6 +31,7 @@ namespace {
 template <int kRows>
 struct WgShape {
   static_assert(kRows % 8 == 0, "whole 8-row swizzle groups");
+  static constexpr int kWarps = kBlockWarps;  // one 16-row weight tile each (wgmma_block.cuh)
   static constexpr int kHalfBytes = kRows * kLineBytes;  // 64 of K, every row
   static constexpr int kActBytes = 2 * kHalfBytes;
   static constexpr int kStageBytes = (kActBytes + kTiles * gemv::kChunkBytes + 1023) / 1024 * 1024;
