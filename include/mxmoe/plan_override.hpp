@@ -15,13 +15,13 @@ namespace mxmoe {
 // A tensor-core tile: its rows of one expert per block (16 * m16 tiles) and its form.
 enum class MmaForm { Plain, SwapAb, Wgmma, WgmmaFp8 };  // WgmmaFp8: the W4A8 tiles (Precision::Fp8 only)
 struct MmaTileChoice {
-  int rows = 64;  // plain: 16, 32, 64; swap-AB: 16, 32, 64, 128; wgmma and fp8 wgmma: 32, 64, 128
+  int rows = 64;  // plain: 16, 32, 64; swap-AB: 16, 32, 64, 128; wgmma: 32, 64, 128; fp8 wgmma: 32, 64, 128, 192
   MmaForm form = MmaForm::Plain;
   bool operator==(const MmaTileChoice&) const = default;
 };
 
 struct PlanOverride {
-  std::optional<MmaTileChoice> mma_tile;      // mma=16|32|64|swap16|...|wgmma128|fp8wgmma32|fp8wgmma64|fp8wgmma128
+  std::optional<MmaTileChoice> mma_tile;      // mma=16|32|64|swap16|...|wgmma128|fp8wgmma32|...|fp8wgmma192
   std::optional<bool> wgmma;                  // wgmma=0: never the wgmma tiles (1: allowed, the default)
   std::optional<int> gemv_batch_rows;         // batch=8|16: GEMV rows per weight pass
   std::optional<int> gemv_ksplit;             // ksplit=1|2|4|8: split-K of both GEMMs (GEMV 8-row batches; W4A8 wgmma clusters)

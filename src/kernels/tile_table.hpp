@@ -110,14 +110,14 @@ inline constexpr TileRow kTileTable[] = {
     {TileFamily::Mx, "mx64", 64, 256, 128, 2, 8, 56320, kArchAny, true},
     // Hopper's FP8 (W4A8) wgmma tiles (docs/fp8.md): the wgmma tiles' shape with e4m3 operands, one
     // 128-byte activation line per row and chunk (half the bytes of bf16), 4 stages in every height (two
-    // blocks per SM at 32 rows, one from 64: Fp8Shape says why). Planned at precision fp8 only. Forced one
-    // at a time on an H200 (2026-11-28_h200_fp8_tiles.txt), 32 / 64 / 128 rows: T = 512 877 / 1081 / 1322,
-    // T = 2048 2039 / 1661 / 1423; all slower than the bf16 tiles (docs/fp8.md).
+    // blocks per SM up to 64 rows, one from 128: Fp8Shape says why). Planned at precision fp8 only. Forced
+    // one at a time on an H200 (2026-11-28_h200_fp8_tiles.txt, early kernels), 32 / 64 / 128 rows: T = 512
+    // 877 / 1081 / 1322, T = 2048 2039 / 1661 / 1423; faster than bf16 from T = 1024 since (docs/fp8.md).
     {TileFamily::WgmmaFp8, "fp8wgmma32", 32, 256, 128, 4, 16, 87040, kArchSm90a, false},
     {TileFamily::WgmmaFp8, "fp8wgmma64", 64, 256, 128, 4, 16, 103424, kArchSm90a, false},
     {TileFamily::WgmmaFp8, "fp8wgmma128", 128, 256, 128, 4, 16, 136192, kArchSm90a, false},
-    // The 192-row tile, 12 warps (192 weight rows: its 96 accumulators a thread need the registers of 16
-    // warps' blocks), one m-tile for an expert of up to 192 rows (gpt-oss-120b: 128 +- 11 at T = 4096,
+    // The 192-row tile, 12 warps (192 weight rows: its 96 accumulators a thread need more registers than a
+    // 16-warp block leaves, 128 against 168), one m-tile for an expert of up to 192 rows (gpt-oss-120b: 128 +- 11 at T = 4096,
     // where the 128-row tile runs a second, nearly empty m-tile for half the experts).
     {TileFamily::WgmmaFp8, "fp8wgmma192", 192, 192, 128, 4, 12, 152576, kArchSm90a, false},
 };

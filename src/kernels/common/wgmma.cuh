@@ -71,8 +71,8 @@ __device__ __forceinline__ void wgmma_fence_operands(float (&d)[kRegs]) {
 }
 
 // The register-A wgmma of every width N (a multiple of 8 up to 64, 96, 128, or a multiple of 8 from 136 to
-// 192: the FP8 192-row tile's), one asm template for all: its operands are listed as (a0, a1, a2, a3, desc, scale_d, d[0], d[1], ...), so d[i] is always
-// %(6 + i) and only the accumulator list grows with N. (A and the descriptor are read-write operands
+// 192: the FP8 192-row tile's), one asm template for all: its operands are listed as (a0, a1, a2, a3,
+// desc, scale_d, d[0], d[1], ...), so d[i] is always %(6 + i) and only the accumulator list grows with N. (A and the descriptor are read-write operands
 // only to come first: the instruction writes nothing but d.) The placeholders and operands of the first
 // R accumulators, 4 at a time:
 #define MXMOE_WGMMA_D4 "%6,%7,%8,%9"
@@ -133,7 +133,7 @@ __device__ __forceinline__ void wgmma_fence_operands(float (&d)[kRegs]) {
 // The body of a wgmma_rs_* template: the wgmma of width kN (8 to 64 in steps of 8, 96, 128, 136 to 192 in
 // steps of 8) whose shape ends in `k_types` (e.g. "k16.f32.bf16.bf16"), accumulating into d.
 #define MXMOE_WGMMA_RS_WIDTHS(k_types, tail)                                                       \
-  static_assert(kN % 8 == 0 && (kN <= 64 || kN == 96 || kN >= 128) && kN <= 192, "a wgmma width of this family"); \
+  static_assert(kN % 8 == 0 && (kN <= 64 || kN == 96 || kN >= 128) && kN <= 192, "a wgmma width");    \
   uint32_t scale_d = 1;                                                                            \
   if constexpr (kN == 8) MXMOE_WGMMA_RS("m64n8" k_types, 4, tail);                                 \
   else if constexpr (kN == 16) MXMOE_WGMMA_RS("m64n16" k_types, 8, tail);                          \

@@ -15,7 +15,8 @@
 namespace mxmoe::kernels {
 
 // D (64 x N, fp32) += A (64 x 32 e4m3, registers) x B (N rows x 32 of K, e4m3, shared memory through
-// `desc`), by the whole warpgroup (wgmma.cuh's template). N: 8 to 64 in steps of 8, 96, 128 to 192 in steps of 8.
+// `desc`), by the whole warpgroup (wgmma.cuh's template). N: 8 to 64 in steps of 8, 96, 128 to 192 in
+// steps of 8.
 template <int kN>
 __device__ __forceinline__ void wgmma_rs_e4m3(float (&d)[kN / 2], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                               uint64_t desc) {

@@ -1,6 +1,7 @@
 #pragma once
 // The block of either wgmma family (wgmma_gemm_kernel.cu, wgmma_fp8_gemm_kernel.cu, through their tile
-// headers): its warps, each one 16-row weight tile; its start, where thread 0 prefetches the launch's
+// headers): its warps, each one 16-row weight tile (the 16 below; an FP8 shape names its own: Fp8Shape);
+// its start, where thread 0 prefetches the launch's
 // tensor maps and initialises the ring's barriers; and a lane's record words of a chunk.
 #include <cuda.h>
 

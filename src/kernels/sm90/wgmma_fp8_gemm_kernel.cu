@@ -4,7 +4,7 @@
 // one m64nNk32 wgmma whose A fragment, in lane (g, t), is word s of MX block t of rows g and g+8 decoded
 // to e4m3 at the row's exponent (fp8_decode.cuh, from a W4A8 layer's records), and whose B is the 32
 // bytes of step s in each staged activation line (fp8_chunk_order.hpp). Shared memory per stage: the
-// m-tile's lines (rows x 128 bytes, 1024-byte aligned, 128-byte swizzled), then the 16 weight records;
+// m-tile's lines (rows x 128 bytes, 1024-byte aligned, 128-byte swizzled), then a record per warp;
 // one thread fills it with two tensor copies. Every chunk is a whole one (the half chunk of K % 128 == 64
 // too: fp8_chunk_order.hpp). All tiles release a stage within the next chunk (after its step 1) and
 // refill it after step 3. An m-tile with fewer rows than the tile runs a narrower wgmma (Fp8Shape,

@@ -78,7 +78,7 @@ __device__ __forceinline__ uint32_t smem_address(const void* p) {
 #endif
 
 // Chunk c of the block's tiles (the first of them tile `expert_tile0` of the [experts x tiles] view)
-// and of its m-tile (first row `row0`) into `stage`: the activation lines, then the 16 records. `act`:
+// and of its m-tile (first row `row0`) into `stage`: the activation lines, then the kTiles records. `act`:
 // the map of the rows the m-tile's wgmma reads (the tile's or a narrower path's), `act_box_bytes` its
 // box's bytes. Rows past the tensor's read as zeros and still count in the transaction bytes.
 template <int kRows>

@@ -25,7 +25,8 @@
 
 namespace mxmoe::sm90 {
 
-// Both wgmma families' block: 16 warps (4 warpgroups), one 16-row weight tile each.
+// The wgmma block: 16 warps (4 warpgroups), one 16-row weight tile each; the bf16 tiles' and the FP8
+// tiles' but the 192-row one (12 warps: Fp8Shape::kWarps).
 inline constexpr int kBlockWarps = 16;
 inline constexpr int kBlockWeightRows = 256;
 
