@@ -186,10 +186,10 @@ class GpuBackend final : public BackendImpl {
     // GEMM1 writes GEMM2's e4m3 rows instead.
     const size_t intermediate_bytes = w4a8() ? 0 : !mx_mode() ? 2 : expand_intermediate ? 4 : 0;
     // The swap-AB tiles read a permuted copy of the hidden states, the wgmma tiles the tokens expanded to
-    // their rows and an intermediate with rows padded to whole chunks (the W4A8 tiles: their expanded rows;
-    // the permuted copy they do not read, about T x H x 2 bytes, is still reserved: not rerun on a GPU).
-    const bool permute_hidden = ((in.backend == Backend::Auto || in.backend == Backend::Mma) && in.fits.mma &&
-                                 (mma::swap_supported(4) || in.fits.wgmma)) || w4a8();
+    // their rows and an intermediate with rows padded to whole chunks. The W4A8 tiles (the only family
+    // planned at fp8) read neither: their e4m3 rows are the MX buffers above.
+    const bool permute_hidden = !w4a8() && (in.backend == Backend::Auto || in.backend == Backend::Mma) &&
+                                in.fits.mma && (mma::swap_supported(4) || in.fits.wgmma);
     return WorkspaceLayout(c, tokens, mx, intermediate_bytes, permute_hidden);
   }
 

@@ -1,8 +1,8 @@
 #pragma once
 // The block of either wgmma family (wgmma_gemm_kernel.cu, wgmma_fp8_gemm_kernel.cu, through their tile
-// headers): its warps, each one 16-row weight tile (the 16 below; an FP8 shape names its own: Fp8Shape);
-// its start, where thread 0 prefetches the launch's
-// tensor maps and initialises the ring's barriers; and a lane's record words of a chunk.
+// headers): its start, where thread 0 prefetches the launch's tensor maps and initialises the ring's
+// barriers, and a lane's record words of a chunk. Each family's shape names its warps (one 16-row weight
+// tile each): the bf16 block's in wgmma_tile.cuh, Fp8Shape's in wgmma_fp8_tile.cuh.
 #include <cuda.h>
 
 #include <cstdint>
@@ -15,10 +15,6 @@
 namespace mxmoe::sm90 {
 namespace {
 
-constexpr int kWarps = kBlockWarps;
-constexpr int kThreads = kWarps * 32;
-constexpr int kTiles = kWarps;  // one 16-row weight tile per warp
-static_assert(kTiles * gemv::kTileRows == kBlockWeightRows, "a 16-row weight tile per warp");
 constexpr int kLineBytes = 128;  // one 128-byte swizzle line of a stage's activations
 
 }  // namespace

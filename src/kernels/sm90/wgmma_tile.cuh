@@ -28,10 +28,16 @@
 namespace mxmoe::sm90 {
 namespace {
 
+// The bf16 block: 16 warps, one 16-row weight tile each (the FP8 tiles' own: Fp8Shape).
+constexpr int kWarps = kBlockWarps;
+constexpr int kThreads = kWarps * 32;
+constexpr int kTiles = kWarps;
+static_assert(kTiles * gemv::kTileRows == kBlockWeightRows, "a 16-row weight tile per warp");
+
 template <int kRows>
 struct WgShape {
   static_assert(kRows % 8 == 0, "whole 8-row swizzle groups");
-  static constexpr int kWarps = kBlockWarps;  // one 16-row weight tile each (wgmma_block.cuh)
+  static constexpr int kWarps = kBlockWarps;  // one 16-row weight tile each
   static constexpr int kHalfBytes = kRows * kLineBytes;  // 64 of K, every row
   static constexpr int kActBytes = 2 * kHalfBytes;
   static constexpr int kStageBytes = (kActBytes + kTiles * gemv::kChunkBytes + 1023) / 1024 * 1024;
