@@ -31,6 +31,7 @@ __global__ void __launch_bounds__(Fp8Shape<kRows>::kThreads, Fp8Shape<kRows>::kB
   constexpr int kAhead = kStages - 1;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   __shared__ routing::MTile tile;
+  __shared__ float row_factor[S::kStagedFactors ? kRows : 1];  // the epilogue's factor of each m-tile row
   __shared__ __align__(8) uint64_t full[kStages];   // a stage's records and activations have landed
   __shared__ __align__(8) uint64_t empty[kStages];  // every warp is done with a stage
   uint8_t* smem = smem_raw + ((1024 - (smem_address(smem_raw) & 1023)) & 1023);
@@ -49,6 +50,13 @@ __global__ void __launch_bounds__(Fp8Shape<kRows>::kThreads, Fp8Shape<kRows>::kB
   const bool producer = threadIdx.x == 0;
   if (producer) init_ring<S>(maps, nullptr, full, empty, kWarps);
   if (!mma::find_block_m_tile<kRows>(a, m_tile, tile)) return;
+  // The staged factors (Fp8Shape::kStagedFactors): loaded here, the loads overlapping the main loop.
+  if constexpr (S::kStagedFactors) {
+    if (threadIdx.x < tile.rows) {
+      const int64_t row = tile.row0 + threadIdx.x;
+      row_factor[threadIdx.x] = kGemm1 ? f.act_scales[row] : a.pair_weights[a.row_pair[row]];
+    }
+  }
   const int expert = tile.expert;
   const int expert_tile0 = expert * a.tiles + tile0;
   // The narrowest wgmma that covers the m-tile's rows (narrow_paths.cuh); its stages hold only those rows.
@@ -101,6 +109,7 @@ __global__ void __launch_bounds__(Fp8Shape<kRows>::kThreads, Fp8Shape<kRows>::kB
   }
   kernels::wgmma_wait<0>();
   kernels::wgmma_fence_operands(acc);
+  if constexpr (S::kStagedFactors) __syncthreads();  // row_factor
   if constexpr (kSplit) {
     with_path_width<S>(path, [&](auto n) {
       split_k_reduce<decltype(n)::value, kThreads>(acc, smem, static_cast<uint32_t>(split), splits);
@@ -125,7 +134,9 @@ __global__ void __launch_bounds__(Fp8Shape<kRows>::kThreads, Fp8Shape<kRows>::kB
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int r = n * 8 + 2 * t + e;
-      const float scale = r >= tile.rows ? 0.f : kGemm1 ? f.act_scales[tile.row0 + r] : f.act_scale;
+      const float scale = r >= tile.rows ? 0.f
+                          : !kGemm1      ? f.act_scale
+                                         : (S::kStagedFactors ? row_factor[r] : f.act_scales[tile.row0 + r]);
       acc_tiles[0][n][e] = ldexpf(acc_tiles[0][n][e] * scale, c_lo);
       acc_tiles[0][n][2 + e] = ldexpf(acc_tiles[0][n][2 + e] * scale, c_hi);
     }
@@ -134,7 +145,15 @@ __global__ void __launch_bounds__(Fp8Shape<kRows>::kThreads, Fp8Shape<kRows>::kB
   auto gemm1_store = [out = static_cast<uint8_t*>(a.out), pitch, s = f.out_scale](int64_t row, int feature, float v) {
     out[row * pitch + fp8_row_position(feature)] = __nv_cvt_float_to_fp8(v * s, __NV_SATFINITE, __NV_E4M3);
   };
-  mma::store_swap_rows<kGemm1>(epilogue, acc_tiles, expert, tile.row0, tile.rows, my_tile, 0, g, t, gemm1_store);
+  if constexpr (S::kStagedFactors) {
+    const uint16_t* bias = a.bias ? a.bias + static_cast<int64_t>(expert) * a.n : nullptr;
+    mma::store_swap_rows<kGemm1>(
+        epilogue, acc_tiles, tile.row0, tile.rows, my_tile, 0, g, t, gemm1_store,
+        [bias](int ti, int j) { return bias ? mma::bf16_at(bias + ti * gemv::kTileRows + j) : 0.f; },
+        [](int r) { return row_factor[r]; });
+  } else {
+    mma::store_swap_rows<kGemm1>(epilogue, acc_tiles, expert, tile.row0, tile.rows, my_tile, 0, g, t, gemm1_store);
+  }
 #else
   (void)a, (void)f;
   __trap();
