@@ -12,6 +12,9 @@
 #include "routing/routing.hpp"
 
 namespace mxmoe {
+namespace plan {
+struct PlannerInput;
+}
 
 struct BoundWorkspace {
   routing::RoutingBuffers routing;
@@ -101,5 +104,14 @@ struct WorkspaceLayout {
     return w;
   }
 };
+
+// Whether a GPU forward under `in` runs the MX backends (MXFP8 activations, emulated or native atom), or
+// the W4A8 wgmma tiles (Precision::Fp8 under a W4A16 backend: the planner plans only them, at every T).
+bool runs_mx(const plan::PlannerInput& in);
+bool runs_w4a8(const plan::PlannerInput& in);
+
+// The workspace of a GPU forward of up to `tokens` tokens under `in`: its backend, precision, fits and
+// forced plan decide which buffers exist and how large (GpuBackend carves exactly this).
+WorkspaceLayout workspace_layout(const plan::PlannerInput& in, int64_t tokens);
 
 }  // namespace mxmoe
