@@ -1,7 +1,7 @@
 #pragma once
 // The GPU workspace: one caller-provided buffer carved into the routing arrays, the intermediate
-// activations and the per-row expert outputs. Sizes depend only on (config, tokens), so a buffer
-// sized for max_tokens serves every smaller forward.
+// activations and the per-row expert outputs. Sizes depend only on the runner's planner input and T,
+// and grow with T, so a buffer sized for max_tokens serves every smaller forward.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>

@@ -4,6 +4,7 @@
 // smaller forward).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
