@@ -154,7 +154,7 @@ class GpuBackend final : public BackendImpl {
     return p;
   }
 
-  bool mx_mode() const { return runs_mx(planner_.input()); }
+  bool mx_mode() const { return backend_uses_mxfp8(planner_.input().backend); }
   bool w4a8() const { return runs_w4a8(planner_.input()); }
 
   WorkspaceLayout layout_for(int64_t tokens) const { return workspace_layout(planner_.input(), tokens); }

@@ -6,18 +6,19 @@
 
 #include "kernels/mma/mma_gemm.hpp"
 #include "kernels/sm90/chunk_order.hpp"
+#include "mxmoe/runner.hpp"
 #include "plan/planner.hpp"
 #include "routing/expand.hpp"
 
 namespace mxmoe {
 
-bool runs_mx(const plan::PlannerInput& in) { return in.backend == Backend::MxEmulated || in.backend == Backend::Mx; }
-
-bool runs_w4a8(const plan::PlannerInput& in) { return in.precision == Precision::Fp8 && !runs_mx(in); }
+bool runs_w4a8(const plan::PlannerInput& in) {
+  return in.precision == Precision::Fp8 && !backend_uses_mxfp8(in.backend);
+}
 
 WorkspaceLayout workspace_layout(const plan::PlannerInput& in, int64_t tokens) {
   const MoeConfig& c = in.config;
-  const bool mx_mode = runs_mx(in), w4a8 = runs_w4a8(in);
+  const bool mx_mode = backend_uses_mxfp8(in.backend), w4a8 = runs_w4a8(in);
   const bool expand_intermediate = in.force.mx_expand_intermediate.value_or(false);
   MxBufferBytes mx;
   if (mx_mode) {

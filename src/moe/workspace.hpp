@@ -105,9 +105,8 @@ struct WorkspaceLayout {
   }
 };
 
-// Whether a GPU forward under `in` runs the MX backends (MXFP8 activations, emulated or native atom), or
-// the W4A8 wgmma tiles (Precision::Fp8 under a W4A16 backend: the planner plans only them, at every T).
-bool runs_mx(const plan::PlannerInput& in);
+// Whether a GPU forward under `in` runs the W4A8 wgmma tiles (Precision::Fp8 under a W4A16 backend: the
+// planner plans only them, at every T; under an MX backend fp8 is its MXFP8 path, backend_uses_mxfp8).
 bool runs_w4a8(const plan::PlannerInput& in);
 
 // The workspace of a GPU forward of up to `tokens` tokens under `in`: its backend, precision, fits and

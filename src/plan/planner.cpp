@@ -15,13 +15,12 @@
 #include "kernels/sm90/wgmma_fp8_gemm.hpp"
 #include "kernels/sm90/wgmma_gemm.hpp"
 #include "mxmoe/error.hpp"
+#include "mxmoe/runner.hpp"
 #include "plan/preferences.hpp"
 #include "plan/tile_rows.hpp"
 
 namespace mxmoe::plan {
 namespace {
-
-bool is_mx(Backend b) { return b == Backend::MxEmulated || b == Backend::Mx; }
 
 // m16 tiles and form of a forced tensor-core tile.
 int m_tiles_of(const MmaTileChoice& t) { return t.rows / 16; }
@@ -107,7 +106,7 @@ Planner::Planner(PlannerInput input) : in_(std::move(input)) {
   const Backend b = in_.backend;
   MXMOE_REQUIRE(in_.routed_experts == 0 || in_.routed_experts >= cfg.num_experts, "routed_experts: expected 0 or ",
                 "at least the layer's ", cfg.num_experts, " experts, got ", in_.routed_experts);
-  MXMOE_REQUIRE(b == Backend::Auto || b == Backend::Gemv || b == Backend::Mma || is_mx(b), "backend: '",
+  MXMOE_REQUIRE(b == Backend::Auto || b == Backend::Gemv || b == Backend::Mma || backend_uses_mxfp8(b), "backend: '",
                 to_string(b), "' is not a GPU backend");
   const size_t room = c.smem_per_block, static_smem = c.gemv_static_smem;
   const int k_max = gemv::max_k(room, static_smem);
@@ -126,7 +125,7 @@ Planner::Planner(PlannerInput input) : in_(std::move(input)) {
     stages_ = *f.gemv_stages;
   }
   // The MX backends' device requirements.
-  if (is_mx(b)) {
+  if (backend_uses_mxfp8(b)) {
     const mma::MxAtom atom = b == Backend::Mx ? mma::MxAtom::Native : mma::MxAtom::Emulated;
     MXMOE_REQUIRE(mma::mx_supported(atom, c.cc_major, c.cc_minor), "backend: '", to_string(b), "' needs ",
                   b == Backend::Mx ? "an SM120/SM121 GPU (compute capability 12.x)" : "compute capability 8.9 or newer",
@@ -152,9 +151,9 @@ Planner::Planner(PlannerInput input) : in_(std::move(input)) {
   wgmma_ok_ = in_.fits.mma && in_.fits.wgmma;
   // fp8 under auto: the W4A8 tiles (the mx backends are MXFP8 themselves; resolve_backend sends an
   // SM120/SM121 plan there).
-  MXMOE_REQUIRE(in_.precision == Precision::Bf16 || is_mx(b) || b == Backend::Auto, "precision: 'fp8' needs backend ",
+  MXMOE_REQUIRE(in_.precision == Precision::Bf16 || backend_uses_mxfp8(b) || b == Backend::Auto, "precision: 'fp8' needs backend ",
                 "auto, mx or mx-emulated; '", to_string(b), "' is W4A16 only");
-  MXMOE_REQUIRE(in_.precision == Precision::Bf16 || is_mx(b) || in_.fits.wgmma_fp8, "precision: 'fp8' on ", c.name,
+  MXMOE_REQUIRE(in_.precision == Precision::Bf16 || backend_uses_mxfp8(b) || in_.fits.wgmma_fp8, "precision: 'fp8' on ", c.name,
                 " needs the W4A8 wgmma tiles (a compute capability 9.0 GPU and a build with sm_90a in its full ",
                 "profile) or an SM120/SM121 GPU (the MXFP8 path: backend mx)");
   if (!wgmma_ok_)
@@ -176,13 +175,13 @@ Planner::Planner(PlannerInput input) : in_(std::move(input)) {
         MXMOE_REQUIRE(f.wgmma.value_or(true), key, ": contradicts wgmma=0");
         break;
       case MmaForm::WgmmaFp8:
-        MXMOE_REQUIRE(in_.precision == Precision::Fp8 && !is_mx(b), key, ": a W4A8 tile, for precision fp8 ",
+        MXMOE_REQUIRE(in_.precision == Precision::Fp8 && !backend_uses_mxfp8(b), key, ": a W4A8 tile, for precision fp8 ",
                       "(backend auto) only");
         MXMOE_REQUIRE(kernels::tile_built(kernels::TileFamily::WgmmaFp8, t.rows), key,
                       ": not built in this (minimal) profile");
         break;
     }
-    MXMOE_REQUIRE(t.form == MmaForm::WgmmaFp8 || in_.precision == Precision::Bf16 || is_mx(b), key,
+    MXMOE_REQUIRE(t.form == MmaForm::WgmmaFp8 || in_.precision == Precision::Bf16 || backend_uses_mxfp8(b), key,
                   ": a W4A16 tile; precision fp8 runs the fp8wgmma tiles");
   }
   if (in_.tune && !in_.tune->matches(c.name, std::to_string(c.cc_major) + "." + std::to_string(c.cc_minor), cfg)) {
@@ -308,7 +307,7 @@ Plan Planner::plan(int64_t tokens) const {
   p.backend = in_.backend;
   p.tokens = tokens;
   p.max_active = static_cast<int>(std::min<int64_t>(in_.config.num_experts, tokens * in_.config.top_k));
-  if (is_mx(in_.backend)) {
+  if (backend_uses_mxfp8(in_.backend)) {
     p.family = Family::Mx;
     p.mx_native = in_.backend == Backend::Mx;
     p.mx_expand_intermediate = in_.force.mx_expand_intermediate.value_or(false);
