@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds and runs every test: the default preset (all tests; GPU tests skip themselves without a
-# GPU), then the sanitizer preset (host code under ASan + UBSan, CUDA arch 90a) with the CPU tests,
+# GPU), the ampere preset (sm_80 / sm_89 code: a build check), then the sanitizer preset (host code
+# under ASan + UBSan, CUDA arch 90a) with the CPU tests,
 # then the Python package: `pip install .` into a virtual environment (CUDA arch 90a only, to keep
 # CI short; a plain `pip install .` builds 90a;120a;121a) and its pytest suite, then a bounded libFuzzer
 # run of the checkpoint reader from the committed seeds (scripts/fuzz.sh).
@@ -40,6 +41,8 @@ step() {
 if step "build (default: CUDA 90a;120a;121a)" scripts/build.sh default; then
   step "ctest (default)" run_ctest --preset default -j "$jobs"
 fi
+# Ampere and Ada (docs/ampere-ada.md): the library and command compile for sm_80 and sm_89.
+step "build (ampere: CUDA 80;89, library and CLI)" scripts/build.sh ampere
 if step "build (sanitize: ASan+UBSan, CUDA 90a)" scripts/build.sh sanitize; then
   step "ctest (sanitize, label cpu)" run_ctest --preset sanitize -L cpu -j "$jobs"
 fi

@@ -16,6 +16,10 @@ struct GpuInfo {
   std::string best_target;                   // e.g. "sm_121a" for a GB10: the arch-specific target
   std::string family_target;                 // e.g. "sm_120f" for any SM12x GPU; empty where none serves
   bool has_native_kernels = false;           // a cubin of this build runs on it without JIT
+  // The code it runs, as compute capability x 10 (80, 89, 90, 120, ...): the best cubin that runs on it,
+  // else the newest PTX the driver compiles for it at first use (runs_by_jit); 0: none (not usable).
+  int code_arch = 0;
+  bool runs_by_jit = false;
   std::vector<std::string> runnable_backends;  // validated here; `mxmoe check` runs these by default
   // The MX self-test's line (mx_self_test_report): filled by `mxmoe probe`, empty from probe(), which
   // launches nothing.
@@ -48,6 +52,12 @@ std::string family_target_for(int cc_major, int cc_minor);
 // plain sm_XY runs on the same major with minor >= Y; sm_XYa only on exactly X.Y;
 // sm_XYf on the same family (same major, minor >= Y).
 bool cubin_runs_on(const std::string& arch, int cc_major, int cc_minor);
+// Whether PTX compiled for `arch` is JIT-compiled for such a device: plain compute_XY on any compute
+// capability from X.Y up; `a` and `f` PTX where their cubins run.
+bool ptx_runs_on(const std::string& arch, int cc_major, int cc_minor);
+// The code a device runs from a build for `build_archs` (CMAKE_CUDA_ARCHITECTURES entries: "80",
+// "90a-real", "80-virtual"), as GpuInfo::code_arch says; 0 when none of it runs there.
+int code_arch_for(const std::vector<std::string>& build_archs, int cc_major, int cc_minor);
 
 // True when at least one usable CUDA device is present (cached).
 bool gpu_available();

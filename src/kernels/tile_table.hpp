@@ -28,9 +28,11 @@ enum class TileFamily : uint8_t {
 // the build; elsewhere it is a stub (the wgmma tiles trap on SM12x) or not run.
 inline constexpr uint8_t kArchSm90a = 1;  // compute capability 9.0 with the sm_90a cubin
 inline constexpr uint8_t kArchSm12x = 2;  // SM120/SM121: sm_120a/sm_121a (or the 120f/121f family)
-// The bit of a device's compute capability; 0 (no tile) for the others, which this build has no code for.
+inline constexpr uint8_t kArchSm8x = 4;   // Ampere and Ada: sm_80, sm_86, sm_89 code (cp.async loaders)
+// The bit of the compute capability of the code a device runs (plan/device_caps.hpp); 0 (no tile) for
+// the others, which this build has no code for.
 constexpr uint8_t arch_of(int cc_major, int cc_minor) {
-  return cc_major == 9 && cc_minor == 0 ? kArchSm90a : cc_major == 12 ? kArchSm12x : 0;
+  return cc_major == 9 && cc_minor == 0 ? kArchSm90a : cc_major == 12 ? kArchSm12x : cc_major == 8 ? kArchSm8x : 0;
 }
 
 // SM120/SM121's opt-in shared memory per block (FACTS.md §5), and what the tensor-core tiles' static
@@ -52,11 +54,11 @@ struct TileRow {
   int stages;             // pipeline (ring) stages
   int warps;              // warps per block
   int smem_bytes;         // dynamic shared memory per block, or kSmemOfK
-  uint8_t archs;          // where it runs: kArchSm90a | kArchSm12x
+  uint8_t archs;          // where it runs: kArchSm90a | kArchSm12x | kArchSm8x
   bool minimal;           // in the minimal build profile (MXMOE_MINIMAL): one tile per family
 };
 
-inline constexpr uint8_t kArchAny = kArchSm90a | kArchSm12x;  // every architecture above
+inline constexpr uint8_t kArchAny = kArchSm90a | kArchSm12x | kArchSm8x;  // every architecture above
 
 inline constexpr TileRow kTileTable[] = {
     // GEMV, 8-row batches, 2 ring stages: every family's floor below 2 rows per expert (H200: 120b 1 row
@@ -214,12 +216,14 @@ constexpr bool names_unique() {
       if (kTileTable[i].name == kTileTable[j].name) return false;
   return true;
 }
+// SM86/SM89 allow the same 99 KB per block as SM120/SM121 (A100: 163 KB).
 constexpr bool sm12x_rows_fit() {
   for (const TileRow& r : kTileTable)
-    if ((r.archs & kArchSm12x) != 0 && r.smem_bytes + kTileStaticSmemAllowance > kSm12xSmemPerBlock) return false;
+    if ((r.archs & (kArchSm12x | kArchSm8x)) != 0 && r.smem_bytes + kTileStaticSmemAllowance > kSm12xSmemPerBlock)
+      return false;
   return true;
 }
 static_assert(names_unique(), "tile names are unique: MXMOE_PLAN and the tune output name tiles by them");
-static_assert(sm12x_rows_fit(), "every SM120/SM121 tile fits 101,376 B with the static allowance");
+static_assert(sm12x_rows_fit(), "every SM120/SM121 and SM8x tile fits 101,376 B with the static allowance");
 
 }  // namespace mxmoe::kernels

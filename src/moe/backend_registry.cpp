@@ -9,6 +9,7 @@
 #include "common/cuda_check.hpp"
 #include "mxmoe/device.hpp"
 #include "plan/device_caps.hpp"
+#include "plan/planner.hpp"
 #include "mxmoe/error.hpp"
 #include "mxmoe/runner.hpp"
 
@@ -40,13 +41,12 @@ std::string joined_names() {
   return out;
 }
 
-// Whether the runner plans for an SM120/SM121 GPU: its target's, else the current device's.
-bool sm12x_plan(const RunnerOptions& options) {
-  if (!options.target.empty()) return plan::target_caps(options.target).cc_major == 12;
-  int device = 0, major = 0;
+// The caps the runner plans for: its target's, else the current device's.
+plan::DeviceCaps plan_caps(const RunnerOptions& options) {
+  if (!options.target.empty()) return plan::target_caps(options.target);
+  int device = 0;
   MXMOE_CUDA_CHECK(cudaGetDevice(&device));
-  MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  return major == 12;
+  return plan::probe_caps(device);
 }
 
 }  // namespace
@@ -92,8 +92,9 @@ Backend resolve_backend(const RunnerOptions& options) {
                 "precision: 'fp8' needs backend auto, mx, mx-emulated or reference; backend '", to_string(backend),
                 "' is W4A16 (bf16 activations) only");
   if (backend == Backend::Auto && !gpu_available()) return Backend::Reference;
-  // fp8 on an SM120/SM121 GPU, or for such a target: the MXFP8 block-scaled path.
-  if (backend == Backend::Auto && options.precision == Precision::Fp8 && sm12x_plan(options)) return Backend::Mx;
+  // fp8 on an SM120/SM121 or SM89 GPU, or for such a target: the MXFP8 path (plan::auto_backend_for).
+  if (backend == Backend::Auto && options.precision == Precision::Fp8)
+    return plan::auto_backend_for(options.precision, plan_caps(options));
   if (backend == Backend::Auto) return Backend::Auto;
   MXMOE_REQUIRE(!backend_on_gpu(backend) || gpu_available(), "backend: '", to_string(backend),
                 "' needs a CUDA GPU, and none is usable here (", probe().no_gpu_reason,

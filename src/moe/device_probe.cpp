@@ -53,11 +53,19 @@ ParsedArch parse_arch(const std::string& arch) {
   return parsed;
 }
 
-std::vector<std::string> compiled_archs() {
+// CMAKE_CUDA_ARCHITECTURES as built: "80-virtual" (PTX only) and "90a-real" (SASS only) keep their
+// suffixes here; compiled_archs() gives the canonical names.
+std::vector<std::string> build_archs() {
   std::vector<std::string> out;
   std::stringstream ss(MXMOE_CUDA_ARCHS);
   for (std::string item; std::getline(ss, item, ',');)
-    if (!item.empty()) out.push_back(canonical_arch(item));
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+std::vector<std::string> compiled_archs() {
+  std::vector<std::string> out;
+  for (const std::string& item : build_archs()) out.push_back(canonical_arch(item));
   return out;
 }
 
@@ -91,6 +99,23 @@ bool cubin_runs_on(const std::string& arch, int cc_major, int cc_minor) {
   return p.major == cc_major && cc_minor >= p.minor;  // plain and family targets
 }
 
+bool ptx_runs_on(const std::string& arch, int cc_major, int cc_minor) {
+  const ParsedArch p = parse_arch(arch);
+  if (p.suffix != 0) return cubin_runs_on(arch, cc_major, cc_minor);  // `a` and `f` PTX: as their cubins
+  return cc_major * 10 + cc_minor >= p.major * 10 + p.minor;
+}
+
+int code_arch_for(const std::vector<std::string>& build_archs, int cc_major, int cc_minor) {
+  int cubin = 0, ptx = 0;
+  for (const std::string& arch : build_archs) {
+    const ParsedArch p = parse_arch(arch);
+    const int v = p.major * 10 + p.minor;
+    if (!arch.ends_with("-virtual") && cubin_runs_on(arch, cc_major, cc_minor)) cubin = std::max(cubin, v);
+    if (!arch.ends_with("-real") && ptx_runs_on(arch, cc_major, cc_minor)) ptx = std::max(ptx, v);
+  }
+  return cubin != 0 ? cubin : ptx;
+}
+
 ProbeResult probe() {
   ProbeResult result;
   result.version = MXMOE_VERSION;
@@ -121,19 +146,22 @@ ProbeResult probe() {
     gpu.smem_per_block_optin = prop.sharedMemPerBlockOptin;
     gpu.best_target = best_target_for(prop.major, prop.minor);
     gpu.family_target = family_target_for(prop.major, prop.minor);
-    for (const auto& arch : result.compiled_archs)
-      gpu.has_native_kernels = gpu.has_native_kernels || cubin_runs_on(arch, prop.major, prop.minor);
+    for (const auto& arch : build_archs())
+      gpu.has_native_kernels =
+          gpu.has_native_kernels || (!arch.ends_with("-virtual") && cubin_runs_on(arch, prop.major, prop.minor));
+    gpu.code_arch = code_arch_for(build_archs(), prop.major, prop.minor);
+    gpu.runs_by_jit = !gpu.has_native_kernels && gpu.code_arch != 0;
     // The backends `mxmoe check` runs by default: those a GPU run has held to their tolerance.
-    // mx-emulated needs the FP8 mma.sync (SM89+; validated on an H200). mx (SM12x) can be asked for by
-    // name but is left out until it has run on an SM120/SM121 GPU.
-    if (gpu.has_native_kernels) {
+    // mx-emulated needs the FP8 mma.sync (SM89+ code; validated on an H200). mx (SM12x) can be asked for
+    // by name but is left out until it has run on an SM120/SM121 GPU.
+    if (gpu.code_arch != 0) {
       gpu.runnable_backends = {"auto", "gemv", "mma"};
-      if (prop.major * 10 + prop.minor >= 89) gpu.runnable_backends.push_back("mx-emulated");
+      if (gpu.code_arch >= 89) gpu.runnable_backends.push_back("mx-emulated");
     }
     result.gpus.push_back(std::move(gpu));
   }
   if (result.gpus.empty()) result.no_gpu_reason = "no CUDA device could be queried";
-  else if (std::none_of(result.gpus.begin(), result.gpus.end(), [](const GpuInfo& g) { return g.has_native_kernels; }))
+  else if (std::none_of(result.gpus.begin(), result.gpus.end(), [](const GpuInfo& g) { return g.code_arch != 0; }))
     result.no_gpu_reason = "this build has no kernels for the GPU present (build for its target, e.g. " +
                            result.gpus[0].best_target +
                            (result.gpus[0].family_target.empty() ? "" : " or " + result.gpus[0].family_target) + ")";
@@ -143,7 +171,7 @@ ProbeResult probe() {
 bool gpu_available() {
   static const bool available = [] {
     const ProbeResult r = probe();
-    return !r.gpus.empty() && r.gpus[0].has_native_kernels;
+    return !r.gpus.empty() && r.gpus[0].code_arch != 0;
   }();
   return available;
 }
@@ -170,6 +198,8 @@ std::string probe_to_json(const ProbeResult& r) {
     gj["l2_bytes"] = g.l2_bytes;
     gj["smem_per_block_optin"] = g.smem_per_block_optin;
     gj["has_native_kernels"] = g.has_native_kernels;
+    gj["runs_by_jit"] = g.runs_by_jit;
+    gj["code_arch"] = g.code_arch;
     gj["runnable_backends"] = g.runnable_backends;
     if (!g.mx_self_test.empty()) gj["mx_self_test"] = g.mx_self_test;
     j["gpus"].push_back(gj);
@@ -192,6 +222,8 @@ std::string probe_to_text(const ProbeResult& r) {
        << (g.family_target.empty() ? std::string() : ", or " + g.family_target + " for every GPU of its family") << "), "
        << g.sm_count << " SMs, " << (g.total_memory >> 20) << " MiB, L2 "
        << (g.l2_bytes >> 20) << " MiB\n";
+    if (g.runs_by_jit)
+      os << "  runs sm_" << g.code_arch << " code: PTX the driver compiles at first use (no cubin of this build runs here)\n";
     os << "  backends: ";
     for (size_t i = 0; i < g.runnable_backends.size(); ++i) os << (i ? ", " : "") << g.runnable_backends[i];
     os << (g.runnable_backends.empty() ? "none (no kernels of this build run here)" : "") << "\n";

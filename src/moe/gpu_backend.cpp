@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/cuda_check.hpp"
+#include "kernels/common/code_arch.hpp"
 #include "kernels/gemv/gemv.hpp"
 #include "kernels/mma/mma_gemm.hpp"
 #include "kernels/mma/mx_gemm.hpp"
@@ -81,7 +82,13 @@ class GpuBackend final : public BackendImpl {
     const plan::PlannerInput& in = planner_.input();
     int smem = 0;  // the device's: a target's plan asks for no more than the target has
     MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_));
-    MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&cc_major_, cudaDevAttrComputeCapabilityMajor, device_));
+    const int code = kernels::code_arch(device_);  // the code it runs (code_arch.hpp)
+    cc_major_ = code / 10;
+    // A target's MX plan runs the emulated atom here unless this is an SM12x GPU (plan_for): that atom is
+    // an FP8 mma.sync, missing from code below sm_89, where its kernels are a trap.
+    MXMOE_REQUIRE(!mx_mode() || cc_major_ == 12 || code >= 89, "backend: '", to_string(planner_.input().backend),
+                  "' for target '", options.target, "' runs the emulated MX atom on this GPU, which needs sm_89 or ",
+                  "newer code (FP8 mma.sync); this GPU runs sm_", code, " code");
     gemv::configure(static_cast<size_t>(smem));
     if (in.fits.mma) mma::configure(static_cast<size_t>(smem));
     if (in.fits.mma && in.fits.wgmma) sm90::configure_wgmma();

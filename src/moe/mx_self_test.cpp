@@ -18,6 +18,7 @@
 
 #include "common/cuda_check.hpp"
 #include "common/device_buffer.hpp"
+#include "kernels/common/code_arch.hpp"
 #include "moe/backend.hpp"
 #include "mxmoe/device.hpp"
 #include "mxmoe/error.hpp"
@@ -115,14 +116,14 @@ std::string MxSelfTest::to_string() const {
 MxSelfTest run_mx_self_test(mma::MxAtom atom) {
   MxSelfTest r;
   r.atom = atom;
-  int device = 0, major = 0, minor = 0;
+  int device = 0;
   MXMOE_CUDA_CHECK(cudaGetDevice(&device));
-  MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  // The code's compute capability (code_arch.hpp): sm_80 code on a Hopper has no FP8 mma.sync.
+  const int code = kernels::code_arch(device), major = code / 10, minor = code % 10;
   const mma::MxAtom runs_as = atom == mma::MxAtom::PlantedFault ? mma::MxAtom::Emulated : atom;
   if (!mma::mx_supported(runs_as, major, minor)) {
     r.detail = "needs " + std::string(atom == mma::MxAtom::Native ? "compute capability 12.x" : "8.9 or newer") +
-               ", this GPU is " + std::to_string(major) + "." + std::to_string(minor);
+               ", this GPU runs " + std::to_string(major) + "." + std::to_string(minor) + " code";
     return r;
   }
   const MoeConfig cfg = test_config();
@@ -198,10 +199,10 @@ Backend gate_mx_backend(Backend backend, const RunnerOptions& options) {
 
 std::optional<mma::MxAtom> mx_atom_for(Backend backend, const RunnerOptions& options) {
   if (backend != Backend::Mx && backend != Backend::MxEmulated) return std::nullopt;
-  int device = 0, major = 0, minor = 0;
+  int device = 0;
   MXMOE_CUDA_CHECK(cudaGetDevice(&device));
-  MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  // The code's compute capability (code_arch.hpp): sm_80 code on a Hopper has no FP8 mma.sync.
+  const int code = kernels::code_arch(device), major = code / 10, minor = code % 10;
   // The native atom needs an SM12x GPU, except that a target's native plan runs the emulated atom on
   // another GPU (gpu_backend.cpp); without a target the planner says why mx cannot run here.
   if (backend == Backend::Mx && major != 12 && options.target.empty()) return std::nullopt;

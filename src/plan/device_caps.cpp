@@ -4,9 +4,11 @@
 #include <cuda_runtime.h>
 
 #include <array>
+#include <string>
 #include <sstream>
 
 #include "common/cuda_check.hpp"
+#include "kernels/common/code_arch.hpp"
 #include "kernels/gemv/gemv.hpp"
 #include "kernels/mma/mma_gemm.hpp"
 #include "kernels/mma/mx_gemm.hpp"
@@ -46,13 +48,27 @@ DeviceCaps sm12x(const char* name, int minor, int sms, size_t l2, double bandwid
   return c;
 }
 
+// Ampere and Ada (sm_80 code; docs/ampere-ada.md): no wgmma, clusters or bulk copies; FP8 mma.sync from
+// SM89. smem_per_block: 163 KB on 8.0, 99 KB on 8.6 and 8.9.
+DeviceCaps sm8x(const char* name, int minor, int sms, size_t smem_per_block, size_t l2, double bandwidth) {
+  DeviceCaps c;
+  c.name = name;
+  c.cc_major = 8, c.cc_minor = minor;
+  c.sm_count = sms;
+  c.smem_per_block = smem_per_block, c.smem_per_sm = smem_per_block + kKiB;
+  c.l2_bytes = l2;
+  c.bandwidth = bandwidth;
+  c.fp8_mma_sync = minor >= 9;
+  return c;
+}
+
 struct Target {
   std::string_view name;
   DeviceCaps caps;
 };
 
-const std::array<Target, 5>& targets() {
-  static const std::array<Target, 5> table{{
+const std::array<Target, 8>& targets() {
+  static const std::array<Target, 8> table{{
       // H100 SXM: 3.35 TB/s (a streaming read measured 3.0 TB/s on a lent H100, FACTS.md §5).
       {"h100", hopper("h100 (H100 SXM, target)", 3.35e12)},
       // H200 SXM: 4.8 TB/s (a device-to-device copy measured 4.21 TB/s, FACTS.md §5).
@@ -63,6 +79,12 @@ const std::array<Target, 5>& targets() {
       {"rtxpro6000", sm12x("rtxpro6000 (RTX PRO 6000 Blackwell, target)", 0, 188, 128 * kMiB, 1.79e12)},
       // DGX Spark GB10: 48 SMs, 273 GB/s LPDDR5x shared with the CPU; L2 24 MB (reported, not checked).
       {"gb10", sm12x("gb10 (DGX Spark GB10, target)", 1, 48, 24 * kMiB, 273e9)},
+      // A100 SXM 80GB: 108 SMs, 2.04 TB/s HBM2e, 40 MB L2, 163 KB shared memory per block.
+      {"a100", sm8x("a100 (A100 SXM 80GB, target)", 0, 108, 163 * kKiB, 40 * kMiB, 2.039e12)},
+      // RTX 4090: 128 SMs, 1.01 TB/s GDDR6X, 72 MB L2.
+      {"rtx4090", sm8x("rtx4090 (RTX 4090, target)", 9, 128, 99 * kKiB, 72 * kMiB, 1.008e12)},
+      // L40S: 142 SMs, 864 GB/s GDDR6, 96 MB L2.
+      {"l40s", sm8x("l40s (L40S, target)", 9, 142, 99 * kKiB, 96 * kMiB, 864e9)},
   }};
   return table;
 }
@@ -98,18 +120,21 @@ DeviceCaps probe_caps(int device) {
   MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&mem_clock_khz, cudaDevAttrMemoryClockRate, device));
   DeviceCaps c;
   c.name = prop.name;
-  c.cc_major = prop.major, c.cc_minor = prop.minor;
+  // The features are the code's (kernels/common/code_arch.hpp): a build without this device's target
+  // runs an older one (compute_80 PTX on a Hopper), and plans as a GPU of that compute capability would.
+  const int code = kernels::code_arch(device);
+  c.cc_major = code / 10, c.cc_minor = code % 10;
   c.sm_count = prop.multiProcessorCount;
   c.smem_per_block = prop.sharedMemPerBlockOptin;
   c.smem_per_sm = prop.sharedMemPerMultiprocessor;
   c.l2_bytes = static_cast<size_t>(prop.l2CacheSize);
   c.bandwidth = 2.0 * mem_clock_khz * 1e3 * bus_width / 8;  // double data rate; a lead, not a measurement
-  c.wgmma = prop.major == 9 && prop.minor == 0;
+  c.wgmma = c.cc_major == 9 && c.cc_minor == 0;
   // SM120/SM121 take clusters of 1x1x1 only (FACTS.md §5), whatever the launch attribute says.
-  c.clusters = cluster_launch != 0 && prop.major != 12;
-  c.bulk_copies = prop.major >= 9;
-  c.block_scaled_mma = prop.major == 12;
-  c.fp8_mma_sync = prop.major * 10 + prop.minor >= 89;
+  c.clusters = cluster_launch != 0 && c.cc_major >= 9 && c.cc_major != 12;
+  c.bulk_copies = c.cc_major >= 9;
+  c.block_scaled_mma = c.cc_major == 12;
+  c.fp8_mma_sync = code >= 89;
   c.gemv_static_smem = gemv::static_smem_bytes();
   return c;
 }

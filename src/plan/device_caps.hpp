@@ -1,7 +1,8 @@
 #pragma once
 // What the planner may know of a GPU: DeviceCaps, filled once by probing the device, or taken from a
-// named target (h100, h200, rtx5090, rtxpro6000, gb10) so that any machine can plan for any of them
-// (`mxmoe plan --target gb10`). Everything that chooses reads caps, never the device.
+// named target (h100, h200, rtx5090, rtxpro6000, gb10, a100, rtx4090, l40s) so that any machine can plan
+// for any of them (`mxmoe plan --target gb10`). Everything that chooses reads caps, never the device.
+// A probed device's compute capability and features are those of the code it runs (code_arch.hpp).
 #include <cstddef>
 #include <string>
 #include <string_view>
@@ -13,7 +14,7 @@ namespace mxmoe::plan {
 
 struct DeviceCaps {
   std::string name;                  // the device's name, or the target's
-  int cc_major = 0, cc_minor = 0;    // compute capability
+  int cc_major = 0, cc_minor = 0;    // compute capability (of the code the device runs)
   int sm_count = 0;
   size_t smem_per_block = 0;         // opt-in shared memory per block, bytes
   size_t smem_per_sm = 0;            // shared memory per SM, bytes

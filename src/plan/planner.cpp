@@ -45,17 +45,25 @@ Fits fits_for_caps(const DeviceCaps& caps) {
   return f;
 }
 
+Backend auto_backend_for(Precision precision, const DeviceCaps& caps) {
+  if (precision != Precision::Fp8) return Backend::Auto;
+  if (caps.block_scaled_mma) return Backend::Mx;
+  if (!caps.wgmma && caps.fp8_mma_sync) return Backend::MxEmulated;
+  return Backend::Auto;
+}
+
 // Split K over more warps when the grid would otherwise leave SMs idle or unevenly loaded: at decode
 // sizes the busiest SM's bytes, not total bandwidth, set the time. The smallest split whose blocks
 // fill the resident slots (within 10%) wins: longer K ranges per warp keep its ring full, and more
 // splits only add reduction work (H200, docs/perf/: gpt-oss-120b T = 3 took 64.0 us with GEMM2 split
 // 4 ways, 61.1 with 1). Below that, a cost model: blocks on the busiest SM x (weight bytes per block +
-// a fixed per-block cost for staging and the reduction). The resident blocks per SM are the GEMV
-// kernels' launch bound (gemv_block.cuh, min_blocks_for): 3 on Hopper, 2 on SM120/SM121.
+// a fixed per-block cost for staging and the reduction). The resident blocks per SM: the GEMV kernels'
+// launch bound (gemv_block.cuh, min_blocks_for) of 3 where an SM's shared memory holds them at decode
+// sizes (Hopper's 228 KB, A100's 164 KB), 2 in 100 KB (SM120/SM121, SM86/SM89).
 int choose_gemv_ksplit(const DeviceCaps& caps, int tiles, int chunks, int max_active) {
   constexpr int kWarps = 8;  // warps of an 8-row-batch block (gemv_block.cuh, warps_for(1))
   constexpr int64_t kBlockOverheadBytes = 8192;
-  const int resident_per_sm = caps.cc_major >= 12 ? 2 : 3;
+  const int resident_per_sm = caps.smem_per_sm > 128 * 1024 ? 3 : 2;
   const int64_t sms = caps.sm_count;
   const auto blocks_at = [&](int ksplit) {
     const int tiles_per_block = kWarps / ksplit;
@@ -129,7 +137,7 @@ Planner::Planner(PlannerInput input) : in_(std::move(input)) {
     const mma::MxAtom atom = b == Backend::Mx ? mma::MxAtom::Native : mma::MxAtom::Emulated;
     MXMOE_REQUIRE(mma::mx_supported(atom, c.cc_major, c.cc_minor), "backend: '", to_string(b), "' needs ",
                   b == Backend::Mx ? "an SM120/SM121 GPU (compute capability 12.x)" : "compute capability 8.9 or newer",
-                  ", ", c.name, " is ", c.cc_major, ".", c.cc_minor);
+                  ", ", c.name, " runs ", c.cc_major, ".", c.cc_minor, " code");
     MXMOE_REQUIRE(in_.fits.mx, "backend: '", to_string(b), "' needs ", mma::mx_smem_bytes(),
                   " bytes of shared memory per block; ", c.name, " allows ", room);
   }
@@ -155,7 +163,7 @@ Planner::Planner(PlannerInput input) : in_(std::move(input)) {
                 "auto, mx or mx-emulated; '", to_string(b), "' is W4A16 only");
   MXMOE_REQUIRE(in_.precision == Precision::Bf16 || backend_uses_mxfp8(b) || in_.fits.wgmma_fp8, "precision: 'fp8' on ", c.name,
                 " needs the W4A8 wgmma tiles (a compute capability 9.0 GPU and a build with sm_90a in its full ",
-                "profile) or an SM120/SM121 GPU (the MXFP8 path: backend mx)");
+                "profile), or FP8 mma.sync for the MXFP8 path (SM89 code: backend mx-emulated; SM120/SM121: mx)");
   if (!wgmma_ok_)
     notes_.push_back(c.wgmma ? "wgmma tiles: not in this build (sm_90a, full profile) or do not fit"
                              : "wgmma tiles: no wgmma on " + c.name);

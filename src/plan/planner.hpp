@@ -31,6 +31,11 @@ struct Fits {
 };
 Fits fits_for_caps(const DeviceCaps& caps);
 
+// What backend auto runs at `precision` on the caps: fp8 is the MXFP8 path on SM120/SM121 (mx) and on
+// code with FP8 mma.sync but no wgmma, SM89 (mx-emulated: no block-scaled MMA there, so the MX scales are
+// applied around a native FP8 mma.sync), and the W4A8 wgmma tiles on Hopper (auto). bf16: auto.
+Backend auto_backend_for(Precision precision, const DeviceCaps& caps);
+
 struct PlannerInput {
   DeviceCaps caps;
   Fits fits;

@@ -31,8 +31,8 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const Row* __restrict
                                                            const int32_t* __restrict__ pair_row, int top_k,
                                                            int hidden, Out* __restrict__ out) {
   // Programmatic dependent launch (docs/gpu-pipeline.md): wait for GEMM2, then let the next kernel launch.
-  cudaGridDependencySynchronize();
-  cudaTriggerProgrammaticLaunchCompletion();
+  kernels::pdl_wait();
+  kernels::pdl_trigger();
   const int64_t t = blockIdx.x;
   const int n = (blockIdx.y * kThreads + threadIdx.x) * 4;
   if (n >= hidden) return;

@@ -16,8 +16,8 @@ constexpr int kThreads = 256;
 __global__ void __launch_bounds__(kThreads) expand_mxfp8_kernel(const ExpandArgs a, const RoutingBuffers r) {
   __shared__ MTile tile;
   // Programmatic dependent launch: the routing comes from the route kernel.
-  cudaGridDependencySynchronize();
-  cudaTriggerProgrammaticLaunchCompletion();
+  kernels::pdl_wait();
+  kernels::pdl_trigger();
   const int x = static_cast<int>(blockIdx.x);
   find_m_tile<kRows>(x, a.experts, r.expert_offsets, tile);
   __syncthreads();

@@ -168,8 +168,8 @@ __global__ void __launch_bounds__(kMaxThreads) route_permute_kernel(RouteArgs a)
   }
   // Programmatic dependent launch: wait for the predecessor, then let the next kernel launch; it may
   // read our inputs (the logits, or ids and weights) at once, our outputs only after its wait.
-  cudaGridDependencySynchronize();
-  cudaTriggerProgrammaticLaunchCompletion();
+  kernels::pdl_wait();
+  kernels::pdl_trigger();
   clear_zero_counts(a);
   for (int e = tid; e < kMaxExperts; e += blockDim.x) counts[e] = running[e] = 0;
   __syncthreads();
@@ -209,8 +209,8 @@ __global__ void __launch_bounds__(kMaxThreads) rank_segments_kernel(RouteArgs a,
   __shared__ int offsets[kMaxExperts + 1];
   __shared__ int running[kMaxExperts];
   __shared__ int warp_counts[kMaxWarps][kMaxExperts];
-  cudaGridDependencySynchronize();
-  cudaTriggerProgrammaticLaunchCompletion();
+  kernels::pdl_wait();
+  kernels::pdl_trigger();
   if (blockIdx.x == 0) clear_zero_counts(a);
   const int tid = threadIdx.x, me = static_cast<int>(blockIdx.x), segments = static_cast<int>(gridDim.x);
   for (int e = tid; e < kMaxExperts; e += blockDim.x) {

@@ -178,13 +178,23 @@ TEST_F(CliTest, PlanForATargetNeedsNoGpuAndNamesOnlyItsTiles) {
   const CliResult h100 = run("plan --target h100 --tokens 4096");
   ASSERT_EQ(h100.exit_code, 0) << h100.err;
   EXPECT_NE(h100.out.find("T = 4096: wgmma bf16"), std::string::npos) << h100.out;
-  EXPECT_CLEAN_ERROR(run("plan --target a100"), 2);
+  EXPECT_CLEAN_ERROR(run("plan --target b200"), 2);
+  // Ampere and Ada: the GEMV family, then the mma.sync tiles; fp8 is the MXFP8 path on SM89 only.
+  const CliResult a100 = run("plan --target a100 --tokens 1,4096");
+  ASSERT_EQ(a100.exit_code, 0) << a100.err;
+  EXPECT_NE(a100.out.find("T = 1: gemv"), std::string::npos) << a100.out;
+  EXPECT_NE(a100.out.find("T = 4096: mma bf16 swap-AB"), std::string::npos) << a100.out;
+  EXPECT_EQ(a100.out.find("cluster", a100.out.find("T = 1:")), std::string::npos) << a100.out;
+  const CliResult ada_fp8 = run("plan --target rtx4090 --precision fp8 --tokens 64");
+  ASSERT_EQ(ada_fp8.exit_code, 0) << ada_fp8.err;
+  EXPECT_NE(ada_fp8.out.find("backend auto (mx-emulated)"), std::string::npos) << ada_fp8.out;
+  EXPECT_CLEAN_ERROR(run("plan --target a100 --precision fp8"), 1);  // no FP8 MMA on SM80
   if (!mxmoe::gpu_available()) {  // check --target runs the plan on a GPU, and says where to print it instead
     const CliResult check = run("check --target gb10");
     EXPECT_CLEAN_ERROR(check, 1);
     EXPECT_NE(check.err.find("mxmoe plan --target gb10"), std::string::npos) << check.err;
   }
-  EXPECT_CLEAN_ERROR(run("check --target a100"), 2);
+  EXPECT_CLEAN_ERROR(run("check --target b200"), 2);
   // An expert-parallel rank's plan: at T = 1024 rank 0 of 2 has 32 rows per expert, as one GPU has.
   const CliResult ep = run("plan --target h200 --tokens 1024 --ep 2");
   const CliResult whole = run("plan --target h200 --tokens 1024");

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "mxmoe/device.hpp"
 #include "mxmoe/error.hpp"
@@ -65,6 +66,32 @@ TEST(Arch, PlainAndFamilyCubinsRunOnLaterMinorsOfTheirMajor) {
   EXPECT_TRUE(mxmoe::cubin_runs_on("sm_80", 8, 9));
   EXPECT_FALSE(mxmoe::cubin_runs_on("sm_80", 9, 0));  // SASS never crosses a major version
   EXPECT_FALSE(mxmoe::cubin_runs_on("sm_89", 8, 6));
+}
+
+// PTX crosses majors upward (the driver compiles it at first use); `a` PTX runs only where its cubin does.
+TEST(Arch, PlainPtxRunsOnEveryLaterDevice) {
+  EXPECT_TRUE(mxmoe::ptx_runs_on("80", 9, 0));
+  EXPECT_TRUE(mxmoe::ptx_runs_on("compute_89", 12, 1));
+  EXPECT_TRUE(mxmoe::ptx_runs_on("80", 8, 0));
+  EXPECT_FALSE(mxmoe::ptx_runs_on("89", 8, 6));
+  EXPECT_FALSE(mxmoe::ptx_runs_on("90a", 12, 0));
+  EXPECT_TRUE(mxmoe::ptx_runs_on("90a", 9, 0));
+  EXPECT_TRUE(mxmoe::ptx_runs_on("120f", 12, 1));
+  EXPECT_FALSE(mxmoe::ptx_runs_on("121f", 12, 0));
+}
+
+// The code a device runs from a build: its best cubin, else its newest PTX; none without either.
+TEST(Arch, CodeArchIsTheBestCubinElseTheNewestPtx) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(mxmoe::code_arch_for(V{"80", "90a", "120a"}, 9, 0), 90);
+  EXPECT_EQ(mxmoe::code_arch_for(V{"80", "89"}, 8, 9), 89);
+  EXPECT_EQ(mxmoe::code_arch_for(V{"80", "89"}, 8, 6), 80);       // the sm_80 cubin
+  EXPECT_EQ(mxmoe::code_arch_for(V{"80-virtual"}, 9, 0), 80);     // a Hopper runs compute_80 through the JIT
+  EXPECT_EQ(mxmoe::code_arch_for(V{"80", "89"}, 9, 0), 89);       // the newest PTX
+  EXPECT_EQ(mxmoe::code_arch_for(V{"80-real"}, 9, 0), 0);         // SASS only: nothing runs there
+  EXPECT_EQ(mxmoe::code_arch_for(V{"90a", "120a", "121a"}, 8, 9), 0);
+  EXPECT_EQ(mxmoe::code_arch_for(V{"90a", "120a", "121a"}, 12, 1), 121);
+  EXPECT_EQ(mxmoe::code_arch_for(V{"90a-real", "120a"}, 12, 1), 0);  // compute_120a PTX is not for 12.1
 }
 
 TEST(Arch, ProbeNamesCompiledArchsCanonically) {

@@ -122,6 +122,58 @@ TEST(Planner, Sm12xTargetsNeverUseWgmmaOrClustersAndFitTheir99KB) {
   }
 }
 
+// Ampere and Ada (sm_80 / sm_89 code): the GEMV family with its cp.async ring, then the mma.sync tiles by
+// the same rule as a Hopper without wgmma (the 16- and 32-row swap-AB tiles copy their weights by cp.async
+// there); no wgmma, no clusters; the 16-row GEMV batch where 163 KB hold it (A100), not in 99 KB. fp8 is
+// the MXFP8 path on SM89 (auto_backend_for: mx-emulated, whose FP8 mma.sync is native there) and refused
+// on SM80, which has no FP8 mma.sync.
+TEST(Planner, Sm8xTargetsPlanTheCpAsyncFamiliesAndFp8OnlyOnSm89) {
+  const MoeConfig c = MoeConfig::preset("gpt-oss-120b");
+  for (const std::string target : {"a100", "rtx4090", "l40s"}) {
+    SCOPED_TRACE(target);
+    const DeviceCaps caps = target_caps(target);
+    EXPECT_EQ(kernels::arch_of(caps.cc_major, caps.cc_minor), kernels::kArchSm8x);
+    EXPECT_FALSE(caps.wgmma || caps.clusters || caps.bulk_copies || caps.block_scaled_mma);
+    const bool sm89 = caps.cc_minor == 9;
+    EXPECT_EQ(caps.fp8_mma_sync, sm89);
+    const Fits f = fits_for_caps(caps);
+    EXPECT_TRUE(f.mma && f.mx);
+    EXPECT_FALSE(f.wgmma || f.wgmma_fp8);
+    const Planner planner(input_for(target, c));
+    std::set<Family> families;
+    for (const int64_t t : all_token_counts()) {
+      const Plan p = planner.plan(t);
+      EXPECT_TRUE(p.family == Family::Gemv || p.family == Family::Mma) << "T = " << t;
+      EXPECT_FALSE(p.cluster_combine) << "T = " << t;
+      if (p.family == Family::Gemv && p.batch_rows != 8)
+        EXPECT_TRUE(gemv::wide_batch_fits(c.hidden, caps.smem_per_block, kStaticSmemAllowance)) << "T = " << t;
+      families.insert(p.family);
+    }
+    EXPECT_EQ(families.size(), 2u) << "GEMV for decode and the mma.sync tiles for larger batches";
+    EXPECT_EQ(planner.plan(1024).swap_ab, true) << "the 32-row swap-AB tile at 32 rows per expert";
+    // fp8: the MXFP8 path where FP8 mma.sync exists, else the planner says what fp8 needs.
+    EXPECT_EQ(auto_backend_for(Precision::Fp8, caps), sm89 ? Backend::MxEmulated : Backend::Auto);
+    EXPECT_EQ(auto_backend_for(Precision::Bf16, caps), Backend::Auto);
+    PlannerInput fp8 = input_for(target, c, auto_backend_for(Precision::Fp8, caps));
+    fp8.precision = Precision::Fp8;
+    if (sm89) {
+      EXPECT_EQ(Planner(fp8).plan(64).family, Family::Mx);
+    } else {
+      test::expect_error_naming([&] { Planner p(fp8); }, "precision: 'fp8' on a100");
+      PlannerInput mx = input_for(target, c, Backend::MxEmulated);
+      test::expect_error_naming([&] { Planner p(mx); }, "compute capability 8.9 or newer");
+    }
+  }
+  EXPECT_EQ(auto_backend_for(Precision::Fp8, target_caps("h100")), Backend::Auto);
+  EXPECT_EQ(auto_backend_for(Precision::Fp8, target_caps("rtx5090")), Backend::Mx);
+  // Resident GEMV blocks per SM follow the shared memory (3 from 164 KB, 2 in 100 KB): 6 slots of GEMM1's
+  // 360 tiles fill 90% of 2 x 132 slots unsplit (270 blocks), not of 3 x 132.
+  DeviceCaps small = target_caps("h100");
+  small.smem_per_sm = 100 * 1024;
+  EXPECT_EQ(choose_gemv_ksplit(target_caps("h100"), 360, 23, 6), 2);
+  EXPECT_EQ(choose_gemv_ksplit(small, 360, 23, 6), 1);
+}
+
 // The defaults the runner had before the planner moved out of it (bit-identical plans on Hopper).
 TEST(Planner, HopperDefaultsAreTheMeasuredRule) {
   for (const std::string target : {"h100", "h200"}) {
@@ -245,12 +297,15 @@ TEST(PlanOverride, StringFormRoundTripsAndErrorsListTheValidValues) {
 }
 
 TEST(Targets, AreDataAndAnUnknownNameListsThem) {
-  EXPECT_EQ(target_names(), (std::vector<std::string>{"h100", "h200", "rtx5090", "rtxpro6000", "gb10"}));
+  EXPECT_EQ(target_names(),
+            (std::vector<std::string>{"h100", "h200", "rtx5090", "rtxpro6000", "gb10", "a100", "rtx4090", "l40s"}));
   EXPECT_EQ(target_caps("gb10").sm_count, 48);
   EXPECT_EQ(target_caps("rtx5090").sm_count, 170);
   EXPECT_EQ(target_caps("h200").sm_count, 132);
   EXPECT_TRUE(target_caps("h100").wgmma);
-  test::expect_error_naming([] { target_caps("a100"); }, "valid targets are: h100, h200, rtx5090, rtxpro6000, gb10");
+  EXPECT_EQ(target_caps("a100").sm_count, 108);
+  test::expect_error_naming([] { target_caps("b200"); },
+                            "valid targets are: h100, h200, rtx5090, rtxpro6000, gb10, a100, rtx4090, l40s");
 }
 
 // An expert-parallel rank (E / W experts, the other ranks' pairs dropped) is planned for its share of the

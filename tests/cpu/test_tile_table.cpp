@@ -122,7 +122,10 @@ TEST(TileTable, Sm12xRowsFitTheir99KBAndTheKernelsAgree) {
     EXPECT_FALSE(f.wgmma) << target;
   }
   EXPECT_EQ(kernels::arch_of(9, 0), kernels::kArchSm90a);
-  EXPECT_EQ(kernels::arch_of(8, 9), 0);
+  EXPECT_EQ(kernels::arch_of(8, 9), kernels::kArchSm8x);
+  EXPECT_EQ(kernels::arch_of(8, 0), kernels::kArchSm8x);
+  EXPECT_EQ(kernels::arch_of(7, 5), 0);
+  EXPECT_EQ(kernels::arch_of(10, 0), 0);
   int sm12x_rows = 0;
   for (const TileRow& r : kTileTable) {
     SCOPED_TRACE(std::string(r.name));

@@ -10,7 +10,9 @@
 #include <utility>
 #include <vector>
 
+#include "common/cuda_check.hpp"
 #include "common/device_buffer.hpp"
+#include "kernels/common/code_arch.hpp"
 #include "mxmoe/mxmoe.hpp"
 #include "test_support.hpp"
 
@@ -22,6 +24,24 @@ namespace mxmoe::test {
       GTEST_SKIP() << "no usable GPU: " << ::mxmoe::probe().no_gpu_reason;           \
   } while (0)
 
+
+// The compute capability x 10 of the code the current GPU runs (code_arch.hpp): 80 for a compute_80 build
+// on a Hopper, whose kernels have no FP8 mma.sync, wgmma or clusters.
+inline int code_cc() {
+  int device = 0;
+  MXMOE_CUDA_CHECK(cudaGetDevice(&device));
+  return kernels::code_arch(device);
+}
+
+// The MX backends' atoms run here: the emulated one is an FP8 mma.sync (sm_89 and newer code), the
+// native one exists in SM12x code only (its plans run the emulated atom on other GPUs).
+inline bool mx_atoms_run_here() { return code_cc() >= 89; }
+#define MXMOE_SKIP_WITHOUT_MX_ATOMS()                                                                      \
+  do {                                                                                                     \
+    if (!::mxmoe::test::mx_atoms_run_here())                                                               \
+      GTEST_SKIP() << "the MX atoms need sm_89 or newer code (FP8 mma.sync); this GPU runs sm_"          \
+                   << ::mxmoe::test::code_cc() << " code";                                               \
+  } while (0)
 
 inline std::vector<uint16_t> random_hidden(int64_t tokens, int hidden, std::mt19937_64& rng) {
   std::normal_distribution<float> dist(0.f, 1.f);

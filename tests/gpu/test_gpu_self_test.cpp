@@ -14,12 +14,7 @@
 namespace mxmoe::test {
 namespace {
 
-int cc_major() {
-  int device = 0, major = 0;
-  MXMOE_CUDA_CHECK(cudaGetDevice(&device));
-  MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  return major;
-}
+int cc_major() { return code_cc() / 10; }
 
 // Clears the planted fault (and the gate's cache) however a test ends.
 struct PlantedFault {
@@ -35,6 +30,7 @@ size_t occurrences(const std::string& text, const std::string& what) {
 
 TEST(MxSelfTest, TheAtomOfThisGpuPasses) {
   MXMOE_SKIP_WITHOUT_GPU();
+  MXMOE_SKIP_WITHOUT_MX_ATOMS();
   const mma::MxAtom atom = cc_major() == 12 ? mma::MxAtom::Native : mma::MxAtom::Emulated;
   const MxSelfTest r = run_mx_self_test(atom);
   ASSERT_TRUE(r.ran) << r.to_string();
@@ -47,6 +43,7 @@ TEST(MxSelfTest, TheAtomOfThisGpuPasses) {
 
 TEST(MxSelfTest, APlantedWrongAtomFails) {
   MXMOE_SKIP_WITHOUT_GPU();
+  MXMOE_SKIP_WITHOUT_MX_ATOMS();
   const MxSelfTest r = run_mx_self_test(mma::MxAtom::PlantedFault);
   ASSERT_TRUE(r.ran) << r.to_string();
   EXPECT_FALSE(r.passed) << r.to_string();
@@ -57,6 +54,7 @@ TEST(MxSelfTest, APlantedWrongAtomFails) {
 
 TEST(MxSelfTest, TheRunnerFallsBackToW4a16WhenTheGateFails) {
   MXMOE_SKIP_WITHOUT_GPU();
+  MXMOE_SKIP_WITHOUT_MX_ATOMS();
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
@@ -92,6 +90,7 @@ TEST(MxSelfTest, TheRunnerFallsBackToW4a16WhenTheGateFails) {
 
 TEST(MxSelfTest, ProbeReportsIt) {
   MXMOE_SKIP_WITHOUT_GPU();
+  MXMOE_SKIP_WITHOUT_MX_ATOMS();
   const std::string report = mx_self_test_report(0);
   EXPECT_EQ(report.rfind("passed (", 0), 0u) << report;
   EXPECT_NE(report.find(cc_major() == 12 ? "native atom" : "emulated atom"), std::string::npos) << report;

@@ -47,7 +47,7 @@ void write_tune_table(const TuneRequest& request, const MoeConfig& cfg, const Gp
   std::vector<std::vector<double>> us(candidates.size(), std::vector<double>(tokens.size(), INFINITY));
   for (size_t c = 0; c < candidates.size(); ++c) {
     const kernels::TileRow& row = *candidates[c].row;
-    if ((row.archs & kernels::arch_of(gpu.cc_major, gpu.cc_minor)) == 0 ||
+    if ((row.archs & kernels::arch_of(gpu.code_arch / 10, gpu.code_arch % 10)) == 0 ||
         (row.family == kernels::TileFamily::Wgmma && !sm90::wgmma_runs(gpu.index)))
       continue;
     ropt.backend = candidates[c].force.backend;
@@ -73,7 +73,8 @@ void write_tune_table(const TuneRequest& request, const MoeConfig& cfg, const Gp
   }
   TuneTable table;
   table.device = gpu.name;
-  table.compute_capability = std::to_string(gpu.cc_major) + "." + std::to_string(gpu.cc_minor);
+  // The code's, as the planner's caps read it (plan/device_caps.hpp).
+  table.compute_capability = std::to_string(gpu.code_arch / 10) + "." + std::to_string(gpu.code_arch % 10);
   table.experts = cfg.num_experts;
   table.top_k = cfg.top_k;
   table.hidden = cfg.hidden;

@@ -118,6 +118,7 @@ int run_bench(const BenchOptions& o) {
   nlohmann::ordered_json record;
   record["device"] = gpu.name;
   record["compute_capability"] = std::to_string(gpu.cc_major) + "." + std::to_string(gpu.cc_minor);
+  record["code_arch"] = gpu.code_arch;  // the code it ran: 90 for sm_90a, 80 for compute_80 PTX through the JIT
   record["driver"] = bench::driver_string().empty() ? std::to_string(pr.driver_version) : bench::driver_string();
   record["cuda_driver_api"] = pr.driver_version;
   record["runtime"] = pr.runtime_version;
@@ -143,7 +144,9 @@ int run_bench(const BenchOptions& o) {
   record["rows"] = nlohmann::json::array();
 
   std::ostringstream table;
-  table << "device " << gpu.name << " | copy " << std::fixed << std::setprecision(0) << copy_gbps << " GB/s"
+  table << "device " << gpu.name
+        << (gpu.code_arch == gpu.cc_major * 10 + gpu.cc_minor ? "" : " running sm_" + std::to_string(gpu.code_arch) + " code")
+        << " | copy " << std::fixed << std::setprecision(0) << copy_gbps << " GB/s"
         << bench::clock_note(copy.gpu) << " | bf16 " << bf16_tflops << " TFLOP/s" << bench::clock_note(bf16.gpu)
         << " | " << cfg.name << " | precision " << to_string(runners[0].precision()) << " | " << layers
         << " layers rotated | warm-up " << o.warmup_ms << " ms";
@@ -264,7 +267,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--backend", o->backend, "Backend: " + joined(backend_names()))
       ->capture_default_str()
       ->check(CLI::Validator(validate_backend_name, "BACKEND", "backend"));
-  cmd->add_option("--precision", o->precision, "Activations: bf16 (W4A16, default) or fp8 (W4A8 on Hopper, MXFP8 on SM12x)")
+  cmd->add_option("--precision", o->precision, "Activations: bf16 (W4A16, default) or fp8 (W4A8 on Hopper, MXFP8 on SM89 and SM12x)")
       ->capture_default_str()
       ->check(CLI::IsMember({"bf16", "fp8"}));
   cmd->add_option("--target", o->target,

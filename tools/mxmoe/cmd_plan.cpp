@@ -51,10 +51,11 @@ int run_plan(const PlanOptions& o) {
   if (in.backend == Backend::Reference) throw UsageError("--backend: 'reference' has no GPU plan");
   in.force = parse_plan_override(o.plan, "--plan");
   in.precision = parse_precision(o.precision);
-  // fp8 for an SM120/SM121 target is the MXFP8 path (resolve_backend does the same for a runner).
-  if (in.precision == Precision::Fp8 && in.backend == Backend::Auto && in.caps.cc_major == 12) in.backend = Backend::Mx;
+  // fp8 for an SM120/SM121 or SM89 target is the MXFP8 path (resolve_backend does the same for a runner).
+  if (in.backend == Backend::Auto) in.backend = plan::auto_backend_for(in.precision, in.caps);
   const plan::Planner planner(in);
-  std::cout << "plan: " << describe_shape(config) << ", backend " << o.backend << ", precision " << o.precision;
+  const std::string resolved = to_string(in.backend) == o.backend ? "" : " (" + to_string(in.backend) + ")";
+  std::cout << "plan: " << describe_shape(config) << ", backend " << o.backend << resolved << ", precision " << o.precision;
   if (o.ep > 1) std::cout << ", expert-parallel rank 0 of " << o.ep << " (of " << in.routed_experts << " experts)";
   std::cout << "\n";
   std::cout << "device: " << plan::describe(in.caps) << (in.caps.is_target ? "" : " (probed)") << "\n";
@@ -78,7 +79,7 @@ void add_plan_command(CLI::App& app, int& exit_code) {
       ->delimiter(',')
       ->capture_default_str()
       ->check(integer_in(0, int64_t{1} << 20));
-  cmd->add_option("--precision", o->precision, "Activations: bf16 (W4A16, default) or fp8 (W4A8 on Hopper, MXFP8 on SM12x)")
+  cmd->add_option("--precision", o->precision, "Activations: bf16 (W4A16, default) or fp8 (W4A8 on Hopper, MXFP8 on SM89 and SM12x)")
       ->capture_default_str()
       ->check(CLI::IsMember({"bf16", "fp8"}));
   cmd->add_option("--ep", o->ep, "Plan rank 0 of an expert-parallel layer over N ranks (its E / N experts, the "

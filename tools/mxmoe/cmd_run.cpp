@@ -145,7 +145,7 @@ void add_run_command(CLI::App& app, int& exit_code) {
   o->backend_opt = cmd->add_option("--backend", o->backend,
                                    "Backend: " + joined(backend_names()) + " (default: MXMOE_BACKEND, else auto)")
                        ->check(CLI::Validator(validate_backend_name, "BACKEND", "backend"));
-  cmd->add_option("--precision", o->precision, "Activations: bf16 (W4A16, default) or fp8 (W4A8 on Hopper, MXFP8 on SM12x)")
+  cmd->add_option("--precision", o->precision, "Activations: bf16 (W4A16, default) or fp8 (W4A8 on Hopper, MXFP8 on SM89 and SM12x)")
       ->capture_default_str()
       ->check(CLI::IsMember({"bf16", "fp8"}));
   cmd->callback([o, &exit_code] { exit_code = run_run(*o); });

@@ -3,6 +3,10 @@
 // (__CUDA_ARCH_FEAT_*, __CUDA_ARCH_FAMILY_SPECIFIC__). Kernels test the MXMOE_HAS_* names below, each
 // 1 in the device pass of a target that has the instruction and 0 everywhere else (the host pass too).
 //
+//   MXMOE_HAS_SM90_ASYNC        what sm_90 added for moving data and ordering grids: bulk and tensor copies
+//                               (cp.async.bulk*), mbarrier expect_tx / try_wait, thread-block clusters,
+//                               programmatic dependent launch (griddepcontrol). sm_90 and newer; the sm_80 /
+//                               sm_86 / sm_89 code replaces each (docs/ampere-ada.md).
 //   MXMOE_HAS_FP8_MMA_SYNC      mma.sync ... f32.e4m3.e4m3.f32 (no scales): SM89 and newer, any target
 //                               (Hopper lowers it to f16 HMMA; FACTS.md §5). The emulated MX atom.
 //   MXMOE_HAS_WGMMA             wgmma.mma_async: sm_90a only (arch-specific; no family target has it).
@@ -16,6 +20,12 @@
 //                               cutlass/arch/config.h also reads it.
 // A kernel whose instruction is missing on a target compiles to a trap there; scripts/check_sass.sh
 // and scripts/check_mx_targets.sh fail a build whose MX kernels trap on any SM12x target.
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define MXMOE_HAS_SM90_ASYNC 1
+#else
+#define MXMOE_HAS_SM90_ASYNC 0
+#endif
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
 #define MXMOE_HAS_FP8_MMA_SYNC 1

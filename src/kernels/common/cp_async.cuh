@@ -15,6 +15,17 @@ __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool val
   cp_async_16(shared_address(dst), src, valid);
 }
 
+// A ring stage's copy by a whole warp, for code without bulk copies (below sm_90; bulk_copy_to_shared
+// is one lane's): 16 bytes a lane at a time, then each lane's copies arrive once on `bar` as they land
+// (`noinc`: the arrival is not announced first), so the barrier expects kWarpCopyArrivals per phase.
+// bytes: a multiple of 16; both addresses 16-byte aligned.
+inline constexpr uint32_t kWarpCopyArrivals = 32;
+__device__ __forceinline__ void warp_copy_to_shared(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  const char* from = static_cast<const char*>(src);
+  for (uint32_t at = (threadIdx.x & 31) * 16; at < bytes; at += 32 * 16) cp_async_16(dst + at, from + at, true);
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 
 // Waits until at most `kPending` of this thread's committed groups are still in flight.

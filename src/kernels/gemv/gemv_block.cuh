@@ -9,6 +9,7 @@
 
 #include "common/bf16_pack.cuh"
 #include "kernels/common/bulk_copy.cuh"
+#include "kernels/common/cp_async.cuh"
 #include "kernels/gemv/gemv.hpp"
 #include "kernels/gemv/gemv_device.cuh"
 #include "layout/gemv_layout.hpp"
@@ -72,7 +73,7 @@ __device__ void stage_rows(const GemvArgs& a, int first_row, int rows, const int
 }
 
 // The per-warp weight ring: each stage holds the records of kStageChunks consecutive chunks of the
-// warp's range of a tile, one bulk copy (records are contiguous, see gemv_layout.hpp). A range always
+// warp's range of a tile, one bulk copy (below sm_90, the warp's cp.async copies) (records are contiguous, see gemv_layout.hpp). A range always
 // starts in slot 0 (every slot is free between ranges), so a ring can be pointed at another range
 // (`retarget`) at any time; `phases` keeps each slot's mbarrier parity across ranges. Addresses are
 // shared-window addresses held in registers: the loop's bookkeeping is a few instructions per stage.
@@ -105,15 +106,30 @@ struct WeightRing {
     end_cut = end == a.chunks ? tail_cut_bytes(a.k / 32) : 0;
   }
 
-  // One lane only: request group `grp` of the range into ring slot `slot`.
+  // The lanes that request stages (issue, issue_first): lane 0's bulk copy, or below sm_90 (no bulk
+  // copies) every lane's share of the stage (warp_copy_to_shared; the slots' barriers then expect
+  // kArrivals per phase).
+#if MXMOE_HAS_SM90_ASYNC
+  static constexpr uint32_t kArrivals = 1;
+  __device__ static bool issuer(int lane) { return lane == 0; }
+#else
+  static constexpr uint32_t kArrivals = kernels::kWarpCopyArrivals;
+  __device__ static bool issuer(int) { return true; }
+#endif
+
+  // The issuers only: request group `grp` of the range into ring slot `slot`.
   __device__ void issue(int slot, int grp) const {
     const int c = grp * kStageChunks;
     const uint32_t bytes = c + kStageChunks >= chunks ? (chunks - c) * kChunkBytes - end_cut : kStageBytes;
     const uint32_t bar = bars + slot * 8;
+#if MXMOE_HAS_SM90_ASYNC
     kernels::mbarrier_arrive_expect_tx(bar, bytes);
     kernels::bulk_copy_to_shared(slots + slot * kStageBytes, src + static_cast<int64_t>(c) * kChunkBytes, bytes, bar);
+#else
+    kernels::warp_copy_to_shared(slots + slot * kStageBytes, src + static_cast<int64_t>(c) * kChunkBytes, bytes, bar);
+#endif
   }
-  // One lane only: request the first stages of the current range (every slot must be free).
+  // The issuers only: request the first stages of the current range (every slot must be free).
   __device__ void issue_first(int groups) const {
     for (int grp = 0; grp < min(kStages, groups); ++grp) issue(grp, grp);
   }
@@ -140,7 +156,7 @@ __device__ __forceinline__ void consume_ring(WeightRing<kStages>& ring, int grou
       offset += kChunkK * 2;
     }
     __syncwarp();  // every lane has read the stage before it is refilled
-    if (lane == 0 && grp + kStages < groups) ring.issue(slot, grp + kStages);
+    if (ring.issuer(lane) && grp + kStages < groups) ring.issue(slot, grp + kStages);
     slot = slot + 1 == kStages ? 0 : slot + 1;
   }
 }

@@ -48,12 +48,12 @@ __global__ void __launch_bounds__(32 * warps_for(kNb), min_blocks_for(kNb))
   __shared__ uint64_t bars[kWarps][kStages];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (lane == 0)
-    for (int s = 0; s < kStages; ++s) kernels::mbarrier_init(&bars[warp][s], 1);
+    for (int s = 0; s < kStages; ++s) kernels::mbarrier_init(&bars[warp][s], WeightRing<kStages>::kArrivals);
   kernels::fence_barrier_init();
   if constexpr (kCluster) cluster_arrive_relaxed();  // phase 1 of the cluster barrier (cluster_combine.cuh)
   __syncwarp();
   // Programmatic dependent launch (docs/gpu-pipeline.md). Every kernel triggers its dependant only
-  // after its own cudaGridDependencySynchronize, so when GEMM2 starts, GEMM1 is running and the
+  // after its own pdl_wait, so when GEMM2 starts, GEMM1 is running and the
   // routing that GEMM1 waited for is complete: GEMM2 may read the routing and request its first
   // weight stages before waiting for GEMM1's output. GEMM1 starts while the route kernel runs and
   // waits for it before reading its results. Given the logits (T <= kMaxLocalRouteTokens), there is no
@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(32 * warps_for(kNb), min_blocks_for(kNb))
     row0 = active ? local_route.slot_row0[slot] : 0;
     rows = active ? local_route.slot_rows[slot] : 0;
   } else {
-    if constexpr (kGemm1) cudaGridDependencySynchronize();
+    if constexpr (kGemm1) kernels::pdl_wait();
     active = slot < *a.active_count;
     expert = active ? a.active_experts[slot] : 0;
     row0 = active ? a.expert_offsets[expert] : 0;
@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(32 * warps_for(kNb), min_blocks_for(kNb))
   // The weights do not depend on the activations: request the first stages of the first batch now.
   const int first_batch = blockIdx.z * kBatchRows;
   const bool has_batch = first_batch < rows;
-  if (lane == 0 && has_batch) ring.issue_first(groups);
+  if (ring.issuer(lane) && has_batch) ring.issue_first(groups);
   // The epilogue's bias is a weight too: its load's latency passes under the wait and the main loop.
   const float2 bias = has_tile && split == 0 && active
                           ? (kGemm1 ? gemm1_bias(a, tile, expert) : gemm2_bias(a, tile, expert))
@@ -110,8 +110,8 @@ __global__ void __launch_bounds__(32 * warps_for(kNb), min_blocks_for(kNb))
   // only once every GEMM1 block is resident or done, so its waiting blocks cannot starve them.
   const bool counted = !kGemm1 && !local && a.slot_done != nullptr;
   const bool chain_block = blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0;
-  if ((!kGemm1 || local) && !counted) cudaGridDependencySynchronize();
-  cudaTriggerProgrammaticLaunchCompletion();
+  if ((!kGemm1 || local) && !counted) kernels::pdl_wait();
+  kernels::pdl_trigger();
   // The previous forward's GEMM2 is complete (the wait above), and this forward's GEMM2 reads the
   // counters only after its own wait for this grid: clear them here.
   if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) {
@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(32 * warps_for(kNb), min_blocks_for(kNb))
       a.pair_row_out[threadIdx.x] = local_route.pair_row[threadIdx.x];
   }
   if (!active) {
-    if (counted && chain_block) cudaGridDependencySynchronize();  // see the end of the kernel
+    if (counted && chain_block) kernels::pdl_wait();  // see the end of the kernel
     // Slot 0 idle: no pair is live (every one dropped), so no block would combine; slot 0's blocks write
     // the zero rows of their columns (combine_columns skips every dropped pair).
     if (!kGemm1 && slot == 0 && blockIdx.z == 0 && a.combine_out != nullptr) {
@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(32 * warps_for(kNb), min_blocks_for(kNb))
   for (int batch = first_batch; batch < rows; batch += gridDim.z * kBatchRows) {
     const int batch_rows = min(kBatchRows, rows - batch);
     // Later batches re-stream the tile: request their first stages before staging the rows.
-    if (lane == 0 && batch != first_batch) ring.issue_first(groups);
+    if (ring.issuer(lane) && batch != first_batch) ring.issue_first(groups);
     if (!staged_early || batch != first_batch) stage_batch(batch);
     __syncthreads();
     float chains[2][kNb][4] = {};
@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(32 * warps_for(kNb), min_blocks_for(kNb))
   } else {
     // Counted, GEMM2 did not wait for GEMM1's grid: one block does before it exits, so that this grid
     // completes after GEMM1's and the next kernel's wait covers both (docs/gpu-pipeline.md).
-    if (counted && chain_block) cudaGridDependencySynchronize();
+    if (counted && chain_block) kernels::pdl_wait();
     if constexpr (kCluster) {
       cluster_combine<kThreads>(a, local_route, static_cast<int>(blockIdx.x) * tiles_per_block * kTileRows,
                       tiles_per_block * kTileRows);

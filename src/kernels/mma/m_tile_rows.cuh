@@ -28,8 +28,8 @@ inline unsigned m_tile_blocks(const MmaArgs& a, int64_t tokens, int max_active, 
 // their tensor copies read an m-tile's rows from its first.
 template <int kBlockM>
 __device__ __forceinline__ bool find_block_m_tile(const MmaArgs& a, int x, routing::MTile& tile, bool wait = true) {
-  if (wait) cudaGridDependencySynchronize();
-  cudaTriggerProgrammaticLaunchCompletion();
+  if (wait) kernels::pdl_wait();
+  kernels::pdl_trigger();
   routing::find_m_tile<kBlockM>(x, a.experts, a.expert_offsets, tile);
   __syncthreads();
   return tile.expert >= 0;

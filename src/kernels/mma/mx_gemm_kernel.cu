@@ -100,8 +100,8 @@ __global__ void __launch_bounds__(kThreads, 1) mx_gemm_kernel(const MxArgs a) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   // Programmatic dependent launch: the routing and the expanded activations come from predecessors.
-  cudaGridDependencySynchronize();
-  cudaTriggerProgrammaticLaunchCompletion();
+  kernels::pdl_wait();
+  kernels::pdl_trigger();
   const int x128 = static_cast<int>(blockIdx.x) / 2, half = static_cast<int>(blockIdx.x) % 2;
   routing::find_m_tile<128>(x128, a.experts, a.expert_offsets, tile);
   __syncthreads();

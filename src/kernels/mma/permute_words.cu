@@ -13,8 +13,8 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void __launch_bounds__(kThreads) permute_words_kernel(const uint4* in, uint4* out, int64_t words) {
-  cudaGridDependencySynchronize();  // `in` may come from the predecessor
-  cudaTriggerProgrammaticLaunchCompletion();
+  kernels::pdl_wait();  // `in` may come from the predecessor
+  kernels::pdl_trigger();
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < words; i += int64_t{gridDim.x} * kThreads) {
     uint32_t p[4];
     to_pairs(in[i], p);

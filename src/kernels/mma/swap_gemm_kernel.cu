@@ -67,6 +67,10 @@ struct SwapShape {
   static constexpr int kStageBytes = kActBytes + kTiles * gemv::kChunkBytes;
   static constexpr int kSmemBytes = kStages * kStageBytes;
 };
+// Whether this compilation's kernel of the shape takes its weights by tensor copies: code below sm_90
+// has none, and its 16- and 32-row tiles copy the records as the wider tiles do (load_weight_records).
+template <class S>
+inline constexpr bool kTensorWeights = S::kTensorWeights && MXMOE_HAS_SM90_ASYNC;
 
 // The tile table's swap-AB rows (kernels/tile_table.hpp) are these shapes; the table checks that every
 // SM12x row fits 99 KB next to the static allowance (the 128-row tile's m-tile, row offsets, barriers).
@@ -161,7 +165,7 @@ __device__ __forceinline__ void swap_gemm_block(const MmaArgs& a, const CUtensor
   __shared__ int64_t src_row[S::kRows];  // element offset of each row's activations; -1: padding row
   __shared__ __align__(8) uint64_t full[kStages];  // kTensorWeights: a stage's records have landed
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if constexpr (S::kTensorWeights) {
+  if constexpr (kTensorWeights<S>) {
     if (threadIdx.x == 0) {  // published by begin_m_tile's block barrier
       kernels::tma_prefetch_map(&weights_map);
       for (int s = 0; s < kStages; ++s) kernels::mbarrier_init(&full[s], 1);
@@ -210,7 +214,7 @@ __device__ __forceinline__ void swap_gemm_block(const MmaArgs& a, const CUtensor
   // The 16- and 32-row tiles keep each thread's activation copy addresses in registers and take the
   // weights by tensor copies (swap_stage_loads.cuh); the 64- and 128-row tiles, whose 32 and 64
   // accumulators leave no registers for the addresses, recompute them.
-  if constexpr (S::kTensorWeights) {
+  if constexpr (kTensorWeights<S>) {
     const uint32_t bar0 = kernels::shared_address(&full[0]);
     const SwapStageLoads<S::kRows, S::kTiles, kThreads> loads(a, src_row, &weights_map, expert * a.tiles + tile0,
                                                               smem_base, bar0);
@@ -252,7 +256,7 @@ __global__ void __launch_bounds__(kThreads, swap_min_blocks(kMTiles))
   swap_gemm_block<kGemm1, kWideScales, kMTiles>(a, weights_map);
   // Counted, GEMM2 did not wait for GEMM1's grid: one block does before it exits, so that this grid
   // completes after GEMM1's and the next kernel's wait covers both (docs/gpu-pipeline.md).
-  if (!kGemm1 && a.expert_done != nullptr && blockIdx.x == 0 && blockIdx.y == 0) cudaGridDependencySynchronize();
+  if (!kGemm1 && a.expert_done != nullptr && blockIdx.x == 0 && blockIdx.y == 0) kernels::pdl_wait();
 }
 
 // f(kernel, m_tiles) for each kernel of the table's swap-AB rows that this build has (none in the
@@ -298,7 +302,7 @@ void launch_swap(const MmaArgs& a, int64_t tokens, int max_active, int m_tiles, 
     using S = SwapShape<kernels::kRowOf<decltype(i)>.rows / 16>;
     // The 16- and 32-row tiles' weights map (record_map.hpp): a box of one chunk of a block's tiles.
     CUtensorMap weights_map{};
-    if constexpr (S::kTensorWeights)
+    if (S::kTensorWeights && kernels::runs_sm90_code())
       weights_map = kernels::encode_record_map("swap-AB weights", a, kernels::kRecordWords, S::kTiles);
     const dim3 grid(static_cast<unsigned>((a.tiles + S::kTiles - 1) / S::kTiles), m_blocks);
     auto go = [&](auto kernel) {

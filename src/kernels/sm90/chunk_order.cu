@@ -16,8 +16,8 @@ constexpr int kThreads = 256;
 __global__ void __launch_bounds__(kThreads)
     chunk_order_kernel(const uint16_t* in, uint4* out, int64_t groups, int k, int groups_per_row, const int32_t* row_pair,
                        int top_k, const int32_t* live_rows) {
-  cudaGridDependencySynchronize();  // `in` and `row_pair` may come from the predecessors
-  cudaTriggerProgrammaticLaunchCompletion();
+  kernels::pdl_wait();  // `in` and `row_pair` may come from the predecessors
+  kernels::pdl_trigger();
   if (live_rows != nullptr) groups = min(groups, int64_t{*live_rows} * groups_per_row);
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < groups; i += int64_t{gridDim.x} * kThreads) {
     const int64_t row = i / groups_per_row;

@@ -39,8 +39,8 @@ __global__ void __launch_bounds__(kThreads)
     quantize_kernel(const uint16_t* in, int64_t in_pitch, uint8_t* out, float* scales, int64_t rows, int k,
                     int64_t out_pitch, const int32_t* pair_row, int top_k) {
   __shared__ float warp_amax[kWarps];
-  cudaGridDependencySynchronize();  // `in` and `pair_row` may come from the predecessors
-  cudaTriggerProgrammaticLaunchCompletion();
+  kernels::pdl_wait();  // `in` and `pair_row` may come from the predecessors
+  kernels::pdl_trigger();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int groups = static_cast<int>(out_pitch / 8);  // whole chunks: the padding's groups are written too
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
