@@ -47,12 +47,14 @@ struct Fp8Shape {
   // Half the activation bytes of the bf16 stages leave room for 4 stages in every height.
   static constexpr int kBlocksPerSm = wgmma_fp8_blocks_per_sm(kRows);
   // The epilogue's per-row factors (GEMM1: each row's activation scale; GEMM2: its routing weight) staged
-  // in shared memory at the block's start, in the 192-row tile. Loaded per output element in the
-  // epilogue, each load (GEMM2: two dependent ones) waited behind the stores before it: ncu at T = 4096
-  // sampled more of GEMM2's stalls there than at its ring's waits. A/B on an H200 (gpt-oss-120b, fp8):
-  // T = 4096 1537-1542 -> 1403-1417 us; staged in every tile, T = 64 (32-row tile, 2-3 rows an m-tile)
-  // lost 2.4% and T = 1024 0.5% (the barrier after the main loop); the 128-row tile was not timed with it.
-  static constexpr bool kStagedFactors = kRows == 192;
+  // in shared memory at the block's start, in the 128- and 192-row tiles. Loaded per output element in
+  // the epilogue, each load (GEMM2: two dependent ones) waited behind the stores before it: ncu at
+  // T = 4096 sampled more of GEMM2's stalls there than at its ring's waits. A/B on an H200 (fp8): the
+  // 192-row tile, gpt-oss-120b T = 4096 1537-1542 -> 1403-1417 us; the 128-row tile, T = 2048 1048 ->
+  // 1021, 3072 1210 -> 1159-1165, 3584 1319-1324 -> 1276-1277 (20b T = 768 312-318 -> 304-306). Staged
+  // in every tile, T = 64 (32-row tile, 2-3 rows an m-tile) lost 2.4% and T = 1024 (64 rows) 0.5%: the
+  // barrier after the main loop costs more than the loads it hides where an m-tile has few rows.
+  static constexpr bool kStagedFactors = kRows >= 128;
   static constexpr int kStages = 4;
   static constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + the base's alignment to 1024
   // The narrower wgmmas of m-tiles with fewer rows (narrow_paths.cuh), as the bf16 tiles': in the 32-row
