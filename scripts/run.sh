@@ -9,19 +9,27 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/setup.sh
 
+# An Ampere or Ada GPU (compute capability 8.x) runs the `ampere` preset's sm_80 / sm_89 code
+# (docs/ampere-ada.md); every other machine the default preset's Hopper and Blackwell code.
+preset=default build_dir=build
+cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 || true)
+if [[ $cc == 8.* ]]; then
+  preset=ampere build_dir=build-ampere
+  echo "run: an Ampere or Ada GPU (compute capability $cc): building the ampere preset (CUDA 80;89)"
+fi
 start=$(date +%s)
 log=$(mktemp)
-if ! cmake --preset default >"$log" 2>&1; then
+if ! cmake --preset "$preset" >"$log" 2>&1; then
   cat "$log" >&2
   rm -f "$log"
-  echo "run: configure (preset default) failed" >&2
+  echo "run: configure (preset $preset) failed" >&2
   exit 1
 fi
 rm -f "$log"
-cmake --build --preset default -j "${MXMOE_JOBS:-$(nproc)}" --target mxmoe_cli
-echo "run: built build/tools/mxmoe/mxmoe in $(($(date +%s) - start)) s"
+cmake --build --preset "$preset" -j "${MXMOE_JOBS:-$(nproc)}" --target mxmoe_cli
+echo "run: built $build_dir/tools/mxmoe/mxmoe in $(($(date +%s) - start)) s"
 
-mxmoe=build/tools/mxmoe/mxmoe
+mxmoe=$build_dir/tools/mxmoe/mxmoe
 echo
 echo "== mxmoe probe"
 "$mxmoe" probe
