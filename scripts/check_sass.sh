@@ -7,6 +7,10 @@
 #       native atom to a trap, which this catches;
 #   90a: every emulated-atom kernel has the FP8 mma.sync as Hopper lowers it (HMMA.16816.F32), no
 #       emulated kernel traps, and no kernel has a block-scaled MMA.
+#   80, 86, 89 (docs/ampere-ada.md): no kernel that an sm_80 plan launches traps (the GEMV kernels but
+#       the cluster-combine ones, the mma.sync and swap-AB tiles, routing, expand, combine: an SM90
+#       instruction left in their path compiles to a trap there), the GEMV ring copies by cp.async
+#       (LDGSTS), and on 89 every emulated-atom kernel has the native FP8 mma (QMMA ... E4M3.E4M3).
 # A family target (120f) is listed by cuobjdump as an sm_120 cubin beside its sm_120f PTX.
 # Usage: scripts/check_sass.sh FILE ARCHS   (ARCHS: the build's CUDA architectures, e.g. "90a;120a;121a")
 # cuobjdump and nvdisasm come from PyPI (scripts/setup.sh puts them in .tools/), or from a CUDA toolkit.
@@ -78,6 +82,16 @@ for arch in ${archs//;/ }; do
       require sass "$sm" MxEmulatedAtom 'HMMA\.16816\.F32' "fp8 mma.sync (lowered to HMMA)"
       forbid sass "$sm" MxEmulatedAtom 'BPT\.TRAP' "trap"
       forbid sass "$sm" '.' 'QMMA\.SF' "block-scaled mma" ;;
+    80 | 86 | 89)
+      # Mangled names: a GEMV kernel's last template argument is kCluster (Lb0E: not the cluster combine).
+      sm8x_planned='gemv_kernelILb[01]ELb[01]ELi[0-9]+ELi[0-9]+ELb0E|swap_gemm_kernel|[0-9]mma_gemm_kernel|route_|rank_segments|expand_|combine_kernel|permute_words|localize_kernel'
+      forbid sass "$sm" "$sm8x_planned" 'BPT\.TRAP' "trap"
+      require sass "$sm" 'gemv_kernelILb[01]ELb[01]ELi[0-9]+ELi[0-9]+ELb0E' 'LDGSTS' "cp.async (LDGSTS) in the weight ring"
+      forbid sass "$sm" '.' 'UBLKCP|UTMALDG' "bulk or tensor copy"
+      if [[ $arch == 89 ]]; then
+        require sass "$sm" MxEmulatedAtom 'QMMA\.16832\.F32\.E4M3\.E4M3' "native fp8 mma.sync"
+        forbid sass "$sm" MxEmulatedAtom 'BPT\.TRAP' "trap"
+      fi ;;
   esac
 done
 exit $status

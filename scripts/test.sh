@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds and runs every test: the default preset (all tests; GPU tests skip themselves without a
-# GPU), the ampere preset (sm_80 / sm_89 code: a build check), then the sanitizer preset (host code
+# GPU), the ampere preset (sm_80 / sm_89 code: build and SASS checks), then the sanitizer preset (host code
 # under ASan + UBSan, CUDA arch 90a) with the CPU tests,
 # then the Python package: `pip install .` into a virtual environment (CUDA arch 90a only, to keep
 # CI short; a plain `pip install .` builds 90a;120a;121a) and its pytest suite, then a bounded libFuzzer
@@ -41,8 +41,11 @@ step() {
 if step "build (default: CUDA 90a;120a;121a)" scripts/build.sh default; then
   step "ctest (default)" run_ctest --preset default -j "$jobs"
 fi
-# Ampere and Ada (docs/ampere-ada.md): the library and command compile for sm_80 and sm_89.
-step "build (ampere: CUDA 80;89, library and CLI)" scripts/build.sh ampere
+# Ampere and Ada (docs/ampere-ada.md): the library and command compile for sm_80 and sm_89, and no kernel
+# an sm_80 plan launches is a trap there (an SM90 instruction left in its path would compile to one).
+if step "build (ampere: CUDA 80;89, library and CLI)" scripts/build.sh ampere; then
+  step "check_sass (ampere: sm_80 / sm_89 kernels)" bash scripts/check_sass.sh build-ampere/src/libmxmoe.a "80;89"
+fi
 if step "build (sanitize: ASan+UBSan, CUDA 90a)" scripts/build.sh sanitize; then
   step "ctest (sanitize, label cpu)" run_ctest --preset sanitize -L cpu -j "$jobs"
 fi
