@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Builds and runs every test: the default preset (all tests; GPU tests skip themselves without a
-# GPU), the ampere preset (sm_80 / sm_89 code: build and SASS checks), then the sanitizer preset (host code
-# under ASan + UBSan, CUDA arch 90a) with the CPU tests,
-# then the Python package: `pip install .` into a virtual environment (CUDA arch 90a only, to keep
-# CI short; a plain `pip install .` builds 90a;120a;121a) and its pytest suite, then a bounded libFuzzer
-# run of the checkpoint reader from the committed seeds (scripts/fuzz.sh).
+# GPU), the ampere preset (sm_80 / sm_89 code: build and SASS checks), then the sanitizer preset
+# (host code under ASan + UBSan, CUDA arch 90a) with the CPU tests, then the Python package:
+# `pip install .` into a virtual environment (CUDA arch 90a only, to keep CI short; a plain
+# `pip install .` builds 90a;120a;121a) and its pytest suite, then a bounded libFuzzer run of the
+# checkpoint reader from the committed seeds (scripts/fuzz.sh).
 # Prints the build times and a summary; exits non-zero if any step failed.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
