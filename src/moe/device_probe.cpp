@@ -119,6 +119,7 @@ int code_arch_for(const std::vector<std::string>& build_archs, int cc_major, int
 ProbeResult probe() {
   ProbeResult result;
   result.version = MXMOE_VERSION;
+  const std::vector<std::string> archs = build_archs();
   result.compiled_archs = compiled_archs();
   result.cpu_backends = {"reference"};
   cudaDriverGetVersion(&result.driver_version);
@@ -146,10 +147,10 @@ ProbeResult probe() {
     gpu.smem_per_block_optin = prop.sharedMemPerBlockOptin;
     gpu.best_target = best_target_for(prop.major, prop.minor);
     gpu.family_target = family_target_for(prop.major, prop.minor);
-    for (const auto& arch : build_archs())
+    for (const auto& arch : archs)
       gpu.has_native_kernels =
           gpu.has_native_kernels || (!arch.ends_with("-virtual") && cubin_runs_on(arch, prop.major, prop.minor));
-    gpu.code_arch = code_arch_for(build_archs(), prop.major, prop.minor);
+    gpu.code_arch = code_arch_for(archs, prop.major, prop.minor);
     gpu.runs_by_jit = !gpu.has_native_kernels && gpu.code_arch != 0;
     // The backends `mxmoe check` runs by default: those a GPU run has held to their tolerance.
     // mx-emulated needs the FP8 mma.sync (SM89+ code; validated on an H200). mx (SM12x) can be asked for

@@ -116,10 +116,8 @@ std::string MxSelfTest::to_string() const {
 MxSelfTest run_mx_self_test(mma::MxAtom atom) {
   MxSelfTest r;
   r.atom = atom;
-  int device = 0;
-  MXMOE_CUDA_CHECK(cudaGetDevice(&device));
   // The code's compute capability (code_arch.hpp): sm_80 code on a Hopper has no FP8 mma.sync.
-  const int code = kernels::code_arch(device), major = code / 10, minor = code % 10;
+  const int code = kernels::current_code_arch(), major = code / 10, minor = code % 10;
   const mma::MxAtom runs_as = atom == mma::MxAtom::PlantedFault ? mma::MxAtom::Emulated : atom;
   if (!mma::mx_supported(runs_as, major, minor)) {
     r.detail = "needs " + std::string(atom == mma::MxAtom::Native ? "compute capability 12.x" : "8.9 or newer") +
@@ -199,10 +197,8 @@ Backend gate_mx_backend(Backend backend, const RunnerOptions& options) {
 
 std::optional<mma::MxAtom> mx_atom_for(Backend backend, const RunnerOptions& options) {
   if (backend != Backend::Mx && backend != Backend::MxEmulated) return std::nullopt;
-  int device = 0;
-  MXMOE_CUDA_CHECK(cudaGetDevice(&device));
   // The code's compute capability (code_arch.hpp): sm_80 code on a Hopper has no FP8 mma.sync.
-  const int code = kernels::code_arch(device), major = code / 10, minor = code % 10;
+  const int code = kernels::current_code_arch(), major = code / 10, minor = code % 10;
   // The native atom needs an SM12x GPU, except that a target's native plan runs the emulated atom on
   // another GPU (gpu_backend.cpp); without a target the planner says why mx cannot run here.
   if (backend == Backend::Mx && major != 12 && options.target.empty()) return std::nullopt;

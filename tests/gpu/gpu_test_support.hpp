@@ -27,11 +27,7 @@ namespace mxmoe::test {
 
 // The compute capability x 10 of the code the current GPU runs (code_arch.hpp): 80 for a compute_80 build
 // on a Hopper, whose kernels have no FP8 mma.sync, wgmma or clusters.
-inline int code_cc() {
-  int device = 0;
-  MXMOE_CUDA_CHECK(cudaGetDevice(&device));
-  return kernels::code_arch(device);
-}
+inline int code_cc() { return kernels::current_code_arch(); }
 
 // The MX backends' atoms run here: the emulated one is an FP8 mma.sync (sm_89 and newer code), the
 // native one exists in SM12x code only (its plans run the emulated atom on other GPUs).

@@ -33,10 +33,12 @@ int code_arch(int device) {
   return attr.ptxVersion;
 }
 
-bool runs_sm90_code() {
+int current_code_arch() {
   int device = 0;
   MXMOE_CUDA_CHECK(cudaGetDevice(&device));
-  return code_arch(device) >= 90;
+  return code_arch(device);
 }
+
+bool runs_sm90_code() { return current_code_arch() >= 90; }
 
 }  // namespace mxmoe::kernels

@@ -8,6 +8,8 @@ namespace mxmoe::kernels {
 
 // Cached per device; an Error when the device has no code of this build at all.
 int code_arch(int device);
+// code_arch of the current device.
+int current_code_arch();
 // Whether the current device runs sm_90 or newer code: launched with PDL, and given tensor maps.
 bool runs_sm90_code();
 

@@ -73,10 +73,11 @@ __device__ void stage_rows(const GemvArgs& a, int first_row, int rows, const int
 }
 
 // The per-warp weight ring: each stage holds the records of kStageChunks consecutive chunks of the
-// warp's range of a tile, one bulk copy (below sm_90, the warp's cp.async copies) (records are contiguous, see gemv_layout.hpp). A range always
-// starts in slot 0 (every slot is free between ranges), so a ring can be pointed at another range
-// (`retarget`) at any time; `phases` keeps each slot's mbarrier parity across ranges. Addresses are
-// shared-window addresses held in registers: the loop's bookkeeping is a few instructions per stage.
+// warp's range of a tile, one bulk copy, or below sm_90 the warp's cp.async copies (records are
+// contiguous, see gemv_layout.hpp). A range always starts in slot 0 (every slot is free between
+// ranges), so a ring can be pointed at another range (`retarget`) at any time; `phases` keeps each
+// slot's mbarrier parity across ranges. Addresses are shared-window addresses held in registers: the
+// loop's bookkeeping is a few instructions per stage.
 // A range that ends with the tile's last chunk leaves out that record's padding (tail_cut_bytes: half
 // of it at gpt-oss's K = 2880, 2.2% of the weight bytes); the kernel decodes whatever the slot held
 // there, finite e2m1 codes (their scales, 127, are copied) that meet the staged rows' zeros past K.
