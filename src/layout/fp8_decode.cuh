@@ -90,12 +90,23 @@ MXMOE_FP8_HD int fp8_shift_code(uint32_t scale, int c) {
   return 8 * d;
 }
 
+// Whether a shift code's table is the shifted d = 0 table (fp8_fast_table): all but a NaN scale's and
+// those below kFp8FastMinShift.
+MXMOE_FP8_HD bool fp8_fast_code(int code) { return code != kFp8NanCode && code >= 8 * kFp8FastMinShift; }
+// Both codes of a lane's pair (bytes 0 and 1 of `codes`, as a record stores them) fast, in two
+// instructions: shift codes are multiples of 8 in [-128, 48] or kFp8NanCode, and adding 40 to each
+// byte sets its top bit exactly for the slow ones (-128 .. -48 and 127), a carry from byte 0 included.
+MXMOE_FP8_HD bool fp8_fast_code_pair(uint32_t codes) { return ((codes + 0x2828u) & 0x8080u) == 0; }
+MXMOE_FP8_HD Fp8Table fp8_fast_table(int code) {
+  const auto step = static_cast<uint32_t>(code);
+  return {kFp8Table0 + step * 0x01010100u, kFp8Table1 + step * 0x01010101u};
+}
+
 // The table of a block's shift code.
 MXMOE_FP8_HD Fp8Table fp8_code_table(int code) {
   if (code == kFp8NanCode) return {kFp8NanTable, kFp8NanTable};
   if (code < 8 * kFp8FastMinShift) return fp8_slow_table(code / 8);
-  const auto step = static_cast<uint32_t>(code);
-  return {kFp8Table0 + step * 0x01010100u, kFp8Table1 + step * 0x01010101u};
+  return fp8_fast_table(code);
 }
 
 // The table of scale byte `scale` in a row of exponent c.

@@ -98,6 +98,26 @@ TEST(Fp8Decode, MatchesTheModelsE4m3WeightsBitForBit) {
   EXPECT_GT(checked_slow, 0);
 }
 
+// The kernels test a lane's two shift codes (a record's two scale bytes) for the fast tables in two
+// instructions (fp8_fast_code_pair): every pair of codes fp8_shift_code can make, against the per-code rule,
+// and the fast table equals fp8_code_table wherever the rule says it may be used.
+TEST(Fp8Decode, TheCodePairTestIsThePerCodeRule) {
+  std::set<int> codes;
+  for (int scale = 0; scale < 256; ++scale)
+    for (int c = -140; c <= 140; ++c) codes.insert(kernels::fp8_shift_code(static_cast<uint32_t>(scale), c));
+  ASSERT_TRUE(codes.count(kernels::kFp8NanCode) && codes.count(-128) && codes.count(8 * kernels::kFp8FastMinShift) &&
+              codes.count(8 * kernels::kFp8FastMinShift - 8) && codes.count(8 * kernels::kFp8MaxShift));
+  for (const int lo : codes) {
+    const kernels::Fp8Table exact = kernels::fp8_code_table(lo), fast = kernels::fp8_fast_table(lo);
+    if (kernels::fp8_fast_code(lo)) ASSERT_TRUE(exact.lo == fast.lo && exact.hi == fast.hi) << "code " << lo;
+    for (const int hi : codes) {
+      const uint32_t pair = (static_cast<uint32_t>(lo) & 0xFFu) | (static_cast<uint32_t>(hi) & 0xFFu) << 8;
+      ASSERT_EQ(kernels::fp8_fast_code_pair(pair), kernels::fp8_fast_code(lo) && kernels::fp8_fast_code(hi))
+          << "codes " << lo << ", " << hi;
+    }
+  }
+}
+
 // The kernel's data path on the host, one 16-row tile: each lane's record words and scales decoded at
 // its rows' exponents (wgmma_fp8_tile.cuh), placed in the 8-bit A fragment of K step s (a0 = row g K
 // slots 4t.., a1 = row g+8, a2 = row g slots 16+4t.., a3 = row g+8), times the staged activation bytes

@@ -100,6 +100,24 @@ __device__ __forceinline__ void load_fp8_stage(uint8_t* stage, const Fp8Maps& ma
   kernels::tma_load_2d(stage, act, c * gemv::kChunkK, row0, full);
 }
 
+// The lane's decode tables (its MX block in rows g and g+8) from the record's shift codes: two
+// multiply-adds each. fp8_code_table's other cases (a NaN scale, a block more than 5 exponents below
+// its row's largest) are rare, so they sit behind one vote of the warp, not a branch per lane and table
+// (ptxas's divergence bookkeeping around those branches was about 20 instructions a chunk).
+__device__ __forceinline__ void lane_fp8_tables(const uint8_t* record, int lane, kernels::Fp8Table& lo,
+                                                kernels::Fp8Table& hi) {
+  const uint32_t codes = *reinterpret_cast<const uint16_t*>(record + gemv::lane_scale_offset(lane));
+  const int code_lo = static_cast<int8_t>(codes & 0xFFu), code_hi = static_cast<int8_t>(codes >> 8);
+  if (__any_sync(0xFFFFFFFFu, !kernels::fp8_fast_code_pair(codes))) {
+    lo = kernels::fp8_code_table(code_lo);
+    hi = kernels::fp8_code_table(code_hi);
+  } else {
+    lo = kernels::fp8_fast_table(code_lo);
+    hi = kernels::fp8_fast_table(code_hi);
+  }
+  __syncwarp();  // the slow tables diverge; the wgmmas after are .aligned
+}
+
 // One chunk of one warpgroup: the warp's record decoded word by word to e4m3 (fp8_decode.cuh), word w
 // of MX block t of rows g and g+8 being K step w's A fragment (fp8_chunk_order.hpp), one wgmma of
 // N = kN (the block's first kN rows, kN <= kRows) per step, one group per step. Before step w all groups
@@ -111,10 +129,8 @@ __device__ __forceinline__ void wgmma_fp8_chunk(uint32_t act, const uint8_t* rec
                                                 Between&& between) {
   static_assert(kN <= kRows, "the instruction's rows are the block's first");
   float(&d)[kN / 2] = *reinterpret_cast<float(*)[kN / 2]>(&acc);
-  const uint32_t codes = *reinterpret_cast<const uint16_t*>(record + gemv::lane_scale_offset(lane));
-  const kernels::Fp8Table t_lo = kernels::fp8_code_table(static_cast<int8_t>(codes & 0xFFu)),
-                          t_hi = kernels::fp8_code_table(static_cast<int8_t>(codes >> 8));
-  __syncwarp();  // the tables' rare slow path diverges; the wgmmas below are .aligned
+  kernels::Fp8Table t_lo, t_hi;
+  lane_fp8_tables(record, lane, t_lo, t_hi);
   const uint32_t desc0 = kernels::wgmma_desc_sw128_low_uniform(act);
   uint32_t wl[4], wh[4];
   load_lane_words(record, lane, wl, wh);
