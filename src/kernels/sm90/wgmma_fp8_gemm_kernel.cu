@@ -83,29 +83,42 @@ __global__ void __launch_bounds__(Fp8Shape<kRows>::kThreads, Fp8Shape<kRows>::kB
 
   const bool group_active = tile0 + (warp & ~3) < a.tiles;
   float acc[kRows / 2] = {};
-  for (int i = 0; i < chunks; ++i) {
-    const int stage = i % kStages;
-    kernels::mbarrier_wait_parity(&full[stage], static_cast<uint32_t>(i / kStages) & 1u);
-    // Chunk i - 1's groups are all retired by step 1's wait: its stage is released then, and refilled
-    // with chunk i + kAhead after step 3 once every warp has released it (the bf16 tiles' ring).
-    auto between = [&](int w) {
-      if (w == 1 && lane == 0 && i > 0) kernels::mbarrier_arrive(&empty[(i - 1) % kStages]);
-      if (w == 3 && producer && i + kAhead < chunks) {
-        if (i > 0) kernels::mbarrier_wait_parity(&empty[(i - 1) % kStages], static_cast<uint32_t>((i - 1) / kStages) & 1u);
-        load(i + kAhead);
+  // The loop runs kStages chunks an iteration, chunk i0 + j in stage j: every stage and barrier address is
+  // then a constant, and the path's branch and the lane's record offsets are paid once for kStages chunks
+  // (one chunk an iteration, ptxas rebuilt them from the thread and chunk index each time: about a quarter
+  // of the 64-row tile's instructions per chunk).
+  static_assert((kStages & (kStages - 1)) == 0 && kAhead == kStages - 1, "chunk i + kAhead refills chunk i - 1's stage");
+  for (int i0 = 0; i0 < chunks; i0 += kStages) {
+    const uint32_t parity = static_cast<uint32_t>(i0 / kStages) & 1u;
+    const auto run = [&](auto n) {
+#pragma unroll
+      for (int j = 0; j < kStages; ++j) {
+        const int i = i0 + j;
+        if (i >= chunks) break;
+        kernels::mbarrier_wait_parity(&full[j], parity);
+        // Chunk i - 1's groups are all retired by step 1's wait: its stage is released then, and refilled
+        // with chunk i + kAhead after step 3 once every warp has released it (the bf16 tiles' ring).
+        const int previous = (j + kStages - 1) % kStages;
+        const uint32_t previous_parity = j == 0 ? parity ^ 1u : parity;
+        auto between = [&](int w) {
+          if (w == 1 && lane == 0 && i > 0) kernels::mbarrier_arrive(&empty[previous]);
+          if (w == 3 && producer && i + kAhead < chunks) {
+            if (i > 0) kernels::mbarrier_wait_parity(&empty[previous], previous_parity);
+            load(i + kAhead);
+          }
+        };
+        const uint8_t* st = smem + j * S::kStageBytes;
+        if (group_active) {
+          wgmma_fp8_chunk<kRows, decltype(n)::value>(smem_address(st), st + S::kActBytes + warp * gemv::kChunkBytes, lane,
+                                                     acc, between);
+        } else {
+          __syncwarp();
+#pragma unroll
+          for (int w = 0; w < 4; ++w) between(w);
+        }
       }
     };
-    const uint8_t* st = smem + stage * S::kStageBytes;
-    if (group_active) {
-      with_path_width<S>(path, [&](auto n) {
-        wgmma_fp8_chunk<kRows, decltype(n)::value>(smem_address(st), st + S::kActBytes + warp * gemv::kChunkBytes, lane,
-                                                   acc, between);
-      });
-    } else {
-      __syncwarp();
-#pragma unroll
-      for (int w = 0; w < 4; ++w) between(w);
-    }
+    with_path_width<S>(path, run);
   }
   kernels::wgmma_wait<0>();
   kernels::wgmma_fence_operands(acc);
