@@ -99,11 +99,13 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
   const bool group_active = tile0 + (warp & ~3) < a.tiles;
   float acc[kRows / 2] = {};
 
-  // Chunk c, a whole one or (kHalf) the half chunk.
-  auto run_chunk = [&](int c, auto half) {
+  // Chunk c, a whole one or (kHalf) the half chunk, in stage `stage` at barrier parity `parity`, on the
+  // path of width decltype(n)::value.
+  auto run_chunk = [&](int c, int stage, uint32_t parity, auto n, auto half) {
     constexpr bool kHalf = decltype(half)::value;
-    const int stage = c % kStages;
-    kernels::mbarrier_wait_parity(&full[stage], static_cast<uint32_t>(c / kStages) & 1u);
+    kernels::mbarrier_wait_parity(&full[stage], parity);
+    const int previous = stage == 0 ? kStages - 1 : stage - 1;  // chunk c - 1's stage
+    const uint32_t previous_parity = stage == 0 ? parity ^ 1u : parity;
     // Chunk c - 1's wgmma groups are all retired after word 1's wait: then its stage is released, and the
     // producer refills it with chunk c + kAhead once every warp has (a warp arrives only after waiting
     // for chunk c, which the producer requested after the previous phase of that stage completed, so no
@@ -113,11 +115,11 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
     // SM release within the chunk: moved out, the 32-row tile's 64 registers no longer keep the wgmmas
     // asynchronous (C7512), and the 64-row tile's ring is one chunk shorter.
     auto release = [&] {
-      if (lane == 0 && c > 0) kernels::mbarrier_arrive(&empty[(c - 1) % kStages]);
+      if (lane == 0 && c > 0) kernels::mbarrier_arrive(&empty[previous]);
     };
     auto refill = [&] {
       if (producer && c + kAhead < a.chunks) {
-        if (c > 0) kernels::mbarrier_wait_parity(&empty[(c - 1) % kStages], static_cast<uint32_t>((c - 1) / kStages) & 1u);
+        if (c > 0) kernels::mbarrier_wait_parity(&empty[previous], previous_parity);
         load(c + kAhead);
       }
     };
@@ -133,14 +135,10 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
         const uint8_t* record = st + S::kActBytes + warp * kHalfRunBytes - kHalfRunStart;
         // The last chunk: between(0) and between(1) inside release chunk c - 1's stage; nothing is left
         // to refill.
-        with_path_width<S>(path, [&](auto n) {
-          wgmma_half_chunk<Atom, kRows, decltype(n)::value>(smem_address(st), record, lane, acc, between);
-        });
+        wgmma_half_chunk<Atom, kRows, decltype(n)::value>(smem_address(st), record, lane, acc, between);
       } else {
         const uint8_t* record = st + S::kActBytes + warp * gemv::kChunkBytes;
-        with_path_width<S>(path, [&](auto n) {
-          wgmma_chunk<Atom, kRows, decltype(n)::value>(smem_address(st), record, lane, acc, between);
-        });
+        wgmma_chunk<Atom, kRows, decltype(n)::value>(smem_address(st), record, lane, acc, between);
       }
     } else {
       __syncwarp();
@@ -152,13 +150,31 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
       refill();
     }
   };
-  for (int c = 0; c < whole_chunks; ++c) run_chunk(c, std::false_type{});
+  // kStages whole chunks an iteration, chunk c0 + j in stage j: the stage and barrier addresses are then
+  // constants, and the path's branch and the lane's record offsets are paid once per kStages chunks (as
+  // in the W4A8 tiles, where one chunk an iteration had ptxas rebuild them from the thread and chunk
+  // index each time). A/B on an H200, gpt-oss-120b: T = 512 (32-row tile, whose wgmmas ptxas now
+  // serialises, C7511) 709 -> 696 us, 1024 (64-row) 801-813 -> 745-747, 2048 1286 -> 1266, 4096 1989-1992
+  // -> 1976-1978.
+  for (int c0 = 0; c0 < whole_chunks; c0 += kStages) {
+    const uint32_t parity = static_cast<uint32_t>(c0 / kStages) & 1u;
+    with_path_width<S>(path, [&](auto n) {
+#pragma unroll
+      for (int j = 0; j < kStages; ++j) {
+        if (c0 + j >= whole_chunks) break;
+        run_chunk(c0 + j, j, parity, n, std::false_type{});
+      }
+    });
+  }
   // The half chunk runs in a branch: every wgmma is retired on both of its sides, so ptxas sees no
   // accumulator moved while one is in flight (which would serialise every wgmma of the kernel, C7515).
   kernels::wgmma_wait<0>();
   kernels::wgmma_fence_operands(acc);
   if (whole_chunks < a.chunks) {
-    run_chunk(whole_chunks, std::true_type{});
+    with_path_width<S>(path, [&](auto n) {
+      run_chunk(whole_chunks, whole_chunks % kStages, static_cast<uint32_t>(whole_chunks / kStages) & 1u, n,
+                std::true_type{});
+    });
     kernels::wgmma_wait<0>();
     kernels::wgmma_fence_operands(acc);
   }
