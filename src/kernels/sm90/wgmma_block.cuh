@@ -9,6 +9,7 @@
 
 #include "kernels/common/bulk_copy.cuh"
 #include "kernels/common/tma.cuh"
+#include "kernels/sm90/narrow_paths.cuh"
 #include "kernels/sm90/wgmma_gemm.hpp"
 #include "layout/gemv_layout.hpp"
 
@@ -46,6 +47,29 @@ __device__ __forceinline__ void init_ring(const Maps& maps, const CUtensorMap* e
     kernels::mbarrier_init(&empty[s], warps);
   }
   kernels::fence_barrier_init();
+}
+
+// The main loop of either family: f(n, c, stage, parity) for chunks c = 0 .. chunks - 1 of a ring of kStages
+// stages, n the m-tile path's width (std::integral_constant, with_path_width), chunk c in stage c % kStages
+// at barrier parity (c / kStages) & 1. kStages chunks an iteration, chunk c0 + j in stage j: the stage and
+// barrier addresses are then constants, and the path's branch and the lane's record offsets are paid once
+// per kStages chunks. One chunk an iteration, ptxas had rebuilt them from the thread and chunk index at
+// every chunk: about a quarter of the 64-row W4A8 tile's instructions a chunk. A/Bs on an H200 (gpt-oss-120b):
+// W4A8 T = 64 500-507 -> 462 us, 1024 699-700 -> 671, 4096 1369-1370 -> 1292-1299 (docs/fp8.md); bf16
+// T = 512 709 -> 696 (the 32-row tile, whose wgmmas ptxas then serialises, C7511, and is still faster), 1024
+// 801-813 -> 745-747, 4096 1989-1992 -> 1976-1978 (docs/perf/wgmma.md).
+template <int kStages, class S, class F>
+__device__ __forceinline__ void for_each_ring_chunk(int chunks, int path, F&& f) {
+  for (int c0 = 0; c0 < chunks; c0 += kStages) {
+    const uint32_t parity = static_cast<uint32_t>(c0 / kStages) & 1u;
+    with_path_width<S>(path, [&](auto n) {
+#pragma unroll
+      for (int j = 0; j < kStages; ++j) {
+        if (c0 + j >= chunks) break;
+        f(n, c0 + j, j, parity);
+      }
+    });
+  }
 }
 
 }  // namespace mxmoe::sm90

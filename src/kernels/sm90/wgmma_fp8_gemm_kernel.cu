@@ -83,44 +83,31 @@ __global__ void __launch_bounds__(Fp8Shape<kRows>::kThreads, Fp8Shape<kRows>::kB
 
   const bool group_active = tile0 + (warp & ~3) < a.tiles;
   float acc[kRows / 2] = {};
-  // The loop runs kStages chunks an iteration, chunk i0 + j in stage j: every stage and barrier address is
-  // then a constant, and the path's branch and the lane's record offsets are paid once for kStages chunks
-  // (one chunk an iteration, ptxas rebuilt them from the thread and chunk index each time: about a quarter
-  // of the 64-row tile's instructions per chunk). A/B on an H200, gpt-oss-120b: T = 64 500-507 -> 462 us,
-  // 1024 699-700 -> 671, 2048 1018-1021 -> 929, 4096 1369-1370 -> 1292-1299.
-  static_assert((kStages & (kStages - 1)) == 0 && kAhead == kStages - 1, "chunk i + kAhead refills chunk i - 1's stage");
-  for (int i0 = 0; i0 < chunks; i0 += kStages) {
-    const uint32_t parity = static_cast<uint32_t>(i0 / kStages) & 1u;
-    const auto run = [&](auto n) {
-#pragma unroll
-      for (int j = 0; j < kStages; ++j) {
-        const int i = i0 + j;
-        if (i >= chunks) break;
-        kernels::mbarrier_wait_parity(&full[j], parity);
-        // Chunk i - 1's groups are all retired by step 1's wait: its stage is released then, and refilled
-        // with chunk i + kAhead after step 3 once every warp has released it (the bf16 tiles' ring).
-        const int previous = (j + kStages - 1) % kStages;
-        const uint32_t previous_parity = j == 0 ? parity ^ 1u : parity;
-        auto between = [&](int w) {
-          if (w == 1 && lane == 0 && i > 0) kernels::mbarrier_arrive(&empty[previous]);
-          if (w == 3 && producer && i + kAhead < chunks) {
-            if (i > 0) kernels::mbarrier_wait_parity(&empty[previous], previous_parity);
-            load(i + kAhead);
-          }
-        };
-        const uint8_t* st = smem + j * S::kStageBytes;
-        if (group_active) {
-          wgmma_fp8_chunk<kRows, decltype(n)::value>(smem_address(st), st + S::kActBytes + warp * gemv::kChunkBytes, lane,
-                                                     acc, between);
-        } else {
-          __syncwarp();
-#pragma unroll
-          for (int w = 0; w < 4; ++w) between(w);
-        }
+  // The ring's chunks, kStages an iteration (wgmma_block.cuh).
+  static_assert(kAhead == kStages - 1, "chunk i + kAhead refills chunk i - 1's stage");
+  for_each_ring_chunk<kStages, S>(chunks, path, [&](auto n, int i, int stage, uint32_t parity) {
+    kernels::mbarrier_wait_parity(&full[stage], parity);
+    // Chunk i - 1's groups are all retired by step 1's wait: its stage is released then, and refilled
+    // with chunk i + kAhead after step 3 once every warp has released it (the bf16 tiles' ring).
+    const int previous = stage == 0 ? kStages - 1 : stage - 1;
+    const uint32_t previous_parity = stage == 0 ? parity ^ 1u : parity;
+    auto between = [&](int w) {
+      if (w == 1 && lane == 0 && i > 0) kernels::mbarrier_arrive(&empty[previous]);
+      if (w == 3 && producer && i + kAhead < chunks) {
+        if (i > 0) kernels::mbarrier_wait_parity(&empty[previous], previous_parity);
+        load(i + kAhead);
       }
     };
-    with_path_width<S>(path, run);
-  }
+    const uint8_t* st = smem + stage * S::kStageBytes;
+    if (group_active) {
+      wgmma_fp8_chunk<kRows, decltype(n)::value>(smem_address(st), st + S::kActBytes + warp * gemv::kChunkBytes, lane,
+                                                 acc, between);
+    } else {
+      __syncwarp();
+#pragma unroll
+      for (int w = 0; w < 4; ++w) between(w);
+    }
+  });
   kernels::wgmma_wait<0>();
   kernels::wgmma_fence_operands(acc);
   if constexpr (S::kStagedFactors) __syncthreads();  // row_factor

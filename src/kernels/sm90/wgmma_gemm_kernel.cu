@@ -150,22 +150,10 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
       refill();
     }
   };
-  // kStages whole chunks an iteration, chunk c0 + j in stage j: the stage and barrier addresses are then
-  // constants, and the path's branch and the lane's record offsets are paid once per kStages chunks (as
-  // in the W4A8 tiles, where one chunk an iteration had ptxas rebuild them from the thread and chunk
-  // index each time). A/B on an H200, gpt-oss-120b: T = 512 (32-row tile, whose wgmmas ptxas now
-  // serialises, C7511) 709 -> 696 us, 1024 (64-row) 801-813 -> 745-747, 2048 1286 -> 1266, 4096 1989-1992
-  // -> 1976-1978.
-  for (int c0 = 0; c0 < whole_chunks; c0 += kStages) {
-    const uint32_t parity = static_cast<uint32_t>(c0 / kStages) & 1u;
-    with_path_width<S>(path, [&](auto n) {
-#pragma unroll
-      for (int j = 0; j < kStages; ++j) {
-        if (c0 + j >= whole_chunks) break;
-        run_chunk(c0 + j, j, parity, n, std::false_type{});
-      }
-    });
-  }
+  // The whole chunks, kStages an iteration (wgmma_block.cuh).
+  for_each_ring_chunk<kStages, S>(whole_chunks, path, [&](auto n, int c, int stage, uint32_t parity) {
+    run_chunk(c, stage, parity, n, std::false_type{});
+  });
   // The half chunk runs in a branch: every wgmma is retired on both of its sides, so ptxas sees no
   // accumulator moved while one is in flight (which would serialise every wgmma of the kernel, C7515).
   kernels::wgmma_wait<0>();
