@@ -103,7 +103,8 @@ __device__ __forceinline__ void load_fp8_stage(uint8_t* stage, const Fp8Maps& ma
 // The lane's decode tables (its MX block in rows g and g+8) from the record's shift codes: two
 // multiply-adds each. fp8_code_table's other cases (a NaN scale, a block more than 5 exponents below
 // its row's largest) are rare, so they sit behind one vote of the warp, not a branch per lane and table
-// (ptxas's divergence bookkeeping around those branches was about 20 instructions a chunk).
+// (with ptxas's divergence bookkeeping those branches took about 30 instructions a chunk, this about 20;
+// A/B on an H200: 2-3% at every T, docs/fp8.md).
 __device__ __forceinline__ void lane_fp8_tables(const uint8_t* record, int lane, kernels::Fp8Table& lo,
                                                 kernels::Fp8Table& hi) {
   const uint32_t codes = *reinterpret_cast<const uint16_t*>(record + gemv::lane_scale_offset(lane));

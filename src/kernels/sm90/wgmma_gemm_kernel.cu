@@ -112,8 +112,9 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
     // arrival lands in the wrong phase). The 128-row tile does both after the chunk's last group
     // (kLateRelease), out of the wgmma sequence; with a branch between the groups ptxas rebuilds every
     // wgmma descriptor from scratch, about 15% of the chunk's instructions. The tiles at two blocks per
-    // SM release within the chunk: moved out, the 32-row tile's 64 registers no longer keep the wgmmas
-    // asynchronous (C7512), and the 64-row tile's ring is one chunk shorter.
+    // SM release within the chunk: moved out, the 64-row tile's ring is one chunk shorter (and, before
+    // for_each_ring_chunk, the 32-row tile's 64 registers no longer kept its wgmmas asynchronous, C7512;
+    // they are serialised now, C7511, in a faster loop).
     auto release = [&] {
       if (lane == 0 && c > 0) kernels::mbarrier_arrive(&empty[previous]);
     };
