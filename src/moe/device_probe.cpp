@@ -105,15 +105,31 @@ bool ptx_runs_on(const std::string& arch, int cc_major, int cc_minor) {
   return cc_major * 10 + cc_minor >= p.major * 10 + p.minor;
 }
 
+namespace {
+
+// The best cubin (SASS) of `build_archs` that runs on such a device, as compute capability x 10; 0: none.
+// A "-virtual" entry has no cubin.
+int best_cubin_for(const std::vector<std::string>& build_archs, int cc_major, int cc_minor) {
+  int best = 0;
+  for (const std::string& arch : build_archs)
+    if (!arch.ends_with("-virtual") && cubin_runs_on(arch, cc_major, cc_minor)) {
+      const ParsedArch p = parse_arch(arch);
+      best = std::max(best, p.major * 10 + p.minor);
+    }
+  return best;
+}
+
+}  // namespace
+
 int code_arch_for(const std::vector<std::string>& build_archs, int cc_major, int cc_minor) {
-  int cubin = 0, ptx = 0;
-  for (const std::string& arch : build_archs) {
-    const ParsedArch p = parse_arch(arch);
-    const int v = p.major * 10 + p.minor;
-    if (!arch.ends_with("-virtual") && cubin_runs_on(arch, cc_major, cc_minor)) cubin = std::max(cubin, v);
-    if (!arch.ends_with("-real") && ptx_runs_on(arch, cc_major, cc_minor)) ptx = std::max(ptx, v);
-  }
-  return cubin != 0 ? cubin : ptx;
+  if (const int cubin = best_cubin_for(build_archs, cc_major, cc_minor); cubin != 0) return cubin;
+  int ptx = 0;
+  for (const std::string& arch : build_archs)
+    if (!arch.ends_with("-real") && ptx_runs_on(arch, cc_major, cc_minor)) {
+      const ParsedArch p = parse_arch(arch);
+      ptx = std::max(ptx, p.major * 10 + p.minor);
+    }
+  return ptx;
 }
 
 ProbeResult probe() {
@@ -147,9 +163,7 @@ ProbeResult probe() {
     gpu.smem_per_block_optin = prop.sharedMemPerBlockOptin;
     gpu.best_target = best_target_for(prop.major, prop.minor);
     gpu.family_target = family_target_for(prop.major, prop.minor);
-    for (const auto& arch : archs)
-      gpu.has_native_kernels =
-          gpu.has_native_kernels || (!arch.ends_with("-virtual") && cubin_runs_on(arch, prop.major, prop.minor));
+    gpu.has_native_kernels = best_cubin_for(archs, prop.major, prop.minor) != 0;
     gpu.code_arch = code_arch_for(archs, prop.major, prop.minor);
     gpu.runs_by_jit = !gpu.has_native_kernels && gpu.code_arch != 0;
     // The backends `mxmoe check` runs by default: those a GPU run has held to their tolerance.
