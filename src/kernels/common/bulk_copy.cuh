@@ -58,26 +58,20 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
 // try_wait (sm_90) suspends the thread for a while before it returns false; test_wait (sm_80) polls.
 __device__ __forceinline__ void mbarrier_wait_parity(uint32_t bar, uint32_t parity) {
 #if MXMOE_HAS_SM90_ASYNC
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "MXMOE_WAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra MXMOE_WAIT_%=;\n"
-      "}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
+#define MXMOE_MBARRIER_TEST "try_wait"
 #else
+#define MXMOE_MBARRIER_TEST "test_wait"
+#endif
   asm volatile(
       "{\n"
       ".reg .pred done;\n"
       "MXMOE_WAIT_%=:\n"
-      "mbarrier.test_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "mbarrier." MXMOE_MBARRIER_TEST ".parity.shared::cta.b64 done, [%0], %1;\n"
       "@!done bra MXMOE_WAIT_%=;\n"
       "}\n" ::"r"(bar),
       "r"(parity)
       : "memory");
-#endif
+#undef MXMOE_MBARRIER_TEST
 }
 __device__ __forceinline__ void mbarrier_wait_parity(uint64_t* bar, uint32_t parity) {
   mbarrier_wait_parity(shared_address(bar), parity);
