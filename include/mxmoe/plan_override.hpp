@@ -26,7 +26,7 @@ struct PlanOverride {
   std::optional<int> gemv_batch_rows;         // batch=8|16: GEMV rows per weight pass
   std::optional<int> gemv_ksplit;             // ksplit=1|2|4|8: split-K of both GEMMs (GEMV 8-row batches; W4A8 wgmma clusters)
   std::optional<int> gemv_stages;             // stages=2|3: GEMV weight ring depth
-  std::optional<bool> gemv_counted;           // counted=0|1: GEMM2 per slot (GEMV) or expert (W4A8 wgmma) as GEMM1 ends it
+  std::optional<bool> gemv_counted;           // counted=0|1: GEMV GEMM2 per slot as GEMM1 ends it
   std::optional<int> local_route_tokens;      // local_route=0..4: the largest T routed inside the GEMMs
   std::optional<int> fused_combine_tokens;    // fused_combine=0..8: the largest T whose GEMM2 combines
   std::optional<bool> cluster_combine;        // cluster_combine=0|1: GEMM2's combine through a cluster

@@ -47,7 +47,6 @@ std::string Plan::to_string() const {
       os << "wgmma fp8 (W4A8) " << tile_shape(*this, true)
          << " tiles (sm_90a), e4m3 tokens (one scale each), gemm1 writes e4m3 rows (static scale)" << tuned;
       if (ksplit1 > 1 || ksplit2 > 1) os << ", split-K " << ksplit1 << " / " << ksplit2 << " (clusters)";
-      if (counted) os << ", gemm2 per expert as gemm1 ends it";
       break;
     case Family::Wgmma:  // weights on M (one 16-row tile per warp) x the rows of an expert on N x K
       os << "wgmma bf16 " << tile_shape(*this, true) << " tiles (sm_90a), both gemms" << tuned;

@@ -31,8 +31,7 @@ struct Plan {
   int stages = 2;
   int ksplit1 = 1, ksplit2 = 1;
   bool local_route = false, fused_combine = false, cluster_combine = false, counted = false;
-  // WgmmaFp8 uses ksplit1 / ksplit2 too: the blocks of a cluster that share each tile set's K; and counted:
-  // GEMM2 started per expert as GEMM1's blocks for it end (both GEMMs unsplit).
+  // WgmmaFp8 uses ksplit1 / ksplit2 too: the blocks of a cluster that share each tile set's K.
   // Mma, Wgmma and WgmmaFp8: the tile's m16 tiles (rows of one expert per block: 16 * m_tiles) and form.
   int m_tiles = 4;
   bool swap_ab = false;

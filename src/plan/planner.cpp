@@ -268,22 +268,18 @@ void Planner::choose_fp8_tile(int64_t tokens, double rows, Plan& p) const {
   const MoeConfig& cfg = in_.config;
   const int rows_per_block = 16 * p.m_tiles;
   p.ksplit1 = p.ksplit2 = 1;
-  if (sm90::wgmma_fp8_splits_built(rows_per_block)) {
-    const int64_t m_blocks = routing::m_tiles_bound(tokens * cfg.top_k, p.max_active, rows_per_block);
-    // The records' shape (as the GEMV plan reads it): 16-row tiles, the tile's weight rows a block.
-    const int64_t tiles_per_block = kernels::kTileTable[row_of(p)].weight_rows / gemv::kTileRows;
-    const auto splits = [&](const gemv::PackedShape& w) {
-      const int64_t weight_blocks = (w.tiles + tiles_per_block - 1) / tiles_per_block;
-      const int chunks = static_cast<int>(w.chunks);
-      if (const auto& forced = in_.force.gemv_ksplit) return std::min(*forced, chunks);
-      return choose_fp8_splits(in_.caps, rows_per_block, m_blocks * weight_blocks, chunks);
-    };
-    p.ksplit1 = splits(gemv::packed_shape(2 * int64_t{cfg.intermediate}, cfg.hidden / 32));
-    p.ksplit2 = splits(gemv::packed_shape(cfg.hidden, cfg.intermediate / 32));
-  }
-  // GEMM2 per expert as GEMM1's blocks for it end (wgmma_fp8_gemm_kernel.cu), where neither GEMM is split;
-  // MXMOE_PLAN counted=0 forces the grid wait.
-  p.counted = p.ksplit1 == 1 && p.ksplit2 == 1 && in_.force.gemv_counted.value_or(true);
+  if (!sm90::wgmma_fp8_splits_built(rows_per_block)) return;
+  const int64_t m_blocks = routing::m_tiles_bound(tokens * cfg.top_k, p.max_active, rows_per_block);
+  // The records' shape (as the GEMV plan reads it): 16-row tiles, the tile's weight rows a block.
+  const int64_t tiles_per_block = kernels::kTileTable[row_of(p)].weight_rows / gemv::kTileRows;
+  const auto splits = [&](const gemv::PackedShape& w) {
+    const int64_t weight_blocks = (w.tiles + tiles_per_block - 1) / tiles_per_block;
+    const int chunks = static_cast<int>(w.chunks);
+    if (const auto& forced = in_.force.gemv_ksplit) return std::min(*forced, chunks);
+    return choose_fp8_splits(in_.caps, rows_per_block, m_blocks * weight_blocks, chunks);
+  };
+  p.ksplit1 = splits(gemv::packed_shape(2 * int64_t{cfg.intermediate}, cfg.hidden / 32));
+  p.ksplit2 = splits(gemv::packed_shape(cfg.hidden, cfg.intermediate / 32));
 }
 
 void Planner::choose_gemv(int64_t tokens, double rows, Plan& p) const {

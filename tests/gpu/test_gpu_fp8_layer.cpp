@@ -102,51 +102,5 @@ TEST(GpuFp8LayerDeterminism, EagerTwiceAndGraphReplayAgree) {
   }
 }
 
-// GEMM2 per expert as GEMM1's blocks for it end (the planned `counted`, wgmma_fp8_gemm_kernel.cu) against
-// GEMM2 after GEMM1's grid (MXMOE_PLAN counted=0): the same bits in every tile (the 32-row tile at T = 3
-// and 64, the 64-row at 20b's T = 256, the 128-row at T = 700, the 192-row at T = 4096), with an expert
-// cut into many m-tiles (every token to one expert: its count is m-tiles x GEMM1's blocks), and twice in
-// a row and in a graph replayed three times (the route zeroes the counts every forward). Where split-K
-// runs (T = 2), the plan is not counted.
-TEST(GpuFp8LayerCounted, Gemm2PerExpertMatchesTheGridWaitBitForBit) {
-  MXMOE_SKIP_WITHOUT_GPU();
-  if (!w4a8_runs()) GTEST_SKIP() << "the W4A8 wgmma tiles do not run here";
-  const Fp8LayerCase cases[] = {{"t2_20b", MoeConfig::preset("gpt-oss-20b"), 2, false},
-                                {"t3_120b", MoeConfig::preset("gpt-oss-120b"), 3, false},
-                                {"t64_20b", MoeConfig::preset("gpt-oss-20b"), 64, false},
-                                {"t256_20b", MoeConfig::preset("gpt-oss-20b"), 256, false},
-                                {"t700_small", make_config(32, 4, 512, 512), 700, false},
-                                {"t4096_small", make_config(32, 4, 512, 512), 4096, false},
-                                {"t1000_one_expert", make_config(32, 4, 256, 192), 1000, true},
-                                {"t37_odd_k", make_config(5, 3, 96, 160), 37, false}};
-  for (const Fp8LayerCase& c : cases) {
-    const uint64_t seed = fresh_seed();
-    SCOPED_TRACE(std::string(c.name) + ", seed " + std::to_string(seed));
-    std::mt19937_64 rng(seed);
-    const MoeLayerData layer = MoeLayerData::random(c.config, seed, true);
-    const auto hidden = random_hidden(c.tokens, c.config.hidden, rng);
-    auto logits = random_logits(c.tokens, c.config.num_experts, rng);
-    if (c.one_expert) route_every_token_to_one_expert(logits, c.tokens, c.config.num_experts);
-    auto runner_with = [&](bool counted) {
-      PlanOverride plan;
-      plan.gemv_counted = counted;
-      RunnerOptions options = gemv_options(c.tokens, Backend::Auto, plan);
-      options.precision = Precision::Fp8;
-      return MoeRunner(c.config, layer.view(), options);
-    };
-    const MoeRunner counted = runner_with(true), grid_wait = runner_with(false);
-    const std::string plan = counted.describe_plan(c.tokens);
-    SCOPED_TRACE("plan: " + plan);
-    const bool split = plan.find("split-K") != std::string::npos;
-    EXPECT_EQ(plan.find("gemm2 per expert") != std::string::npos, !split);
-    EXPECT_EQ(split, c.tokens == 2);
-    EXPECT_EQ(grid_wait.describe_plan(c.tokens).find("gemm2 per expert"), std::string::npos);
-    const auto out = run_on_gpu(counted, hidden, logits, c.tokens);
-    EXPECT_EQ(out, run_on_gpu(grid_wait, hidden, logits, c.tokens)) << "counted and grid-wait GEMM2 differ";
-    EXPECT_EQ(out, run_on_gpu(counted, hidden, logits, c.tokens)) << "two runs differ";
-    EXPECT_EQ(out, run_graph_replay(counted, hidden, logits, c.tokens)) << "graph replay differs from eager";
-  }
-}
-
 }  // namespace
 }  // namespace mxmoe::test

@@ -25,30 +25,17 @@ __device__ __forceinline__ int acquire_count(const int32_t* count) {
   return v;
 }
 
-// The calling thread waits, with a growing sleep, until `count` reaches `target`; it may then read
-// what the arrivals released.
-__device__ __forceinline__ void thread_wait_count(const int32_t* count, int target) {
-  unsigned sleep = 32;
-  while (acquire_count(count) < target) {
-    __nanosleep(sleep);
-    sleep = min(2 * sleep, 512u);
-  }
-}
-
-// Thread 0 waits (thread_wait_count); then the block meets. The block's threads may then read what the
-// arrivals released. Every thread of the block calls it.
+// Thread 0 waits, with a growing sleep, until `count` reaches `target`; then the block meets. The
+// block's threads may then read what the arrivals released. Every thread of the block calls it.
 __device__ __forceinline__ void block_wait_count(const int32_t* count, int target) {
-  if (threadIdx.x == 0) thread_wait_count(count, target);
+  if (threadIdx.x == 0) {
+    unsigned sleep = 32;
+    while (acquire_count(count) < target) {
+      __nanosleep(sleep);
+      sleep = min(2 * sleep, 512u);
+    }
+  }
   __syncthreads();
-}
-
-// After a thread has acquired stores of other threads (made through the generic proxy), before its tensor
-// copies (the async proxy) read them from global memory: the proxies are ordered only through this fence
-// (PTX ISA, "Proxies").
-__device__ __forceinline__ void fence_proxy_async_global() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("fence.proxy.async.global;\n" ::: "memory");
-#endif
 }
 
 }  // namespace mxmoe::kernels

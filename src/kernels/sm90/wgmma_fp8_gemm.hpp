@@ -29,10 +29,6 @@ struct Fp8Operands {
   const float* act_scales = nullptr;      // GEMM1: [sorted rows], one scale per row (quantize_tokens_e4m3's)
   float act_scale = 0.f;                  // GEMM2: every row's scale (1 / GEMM1's out_scale)
   float out_scale = 0.f;                  // GEMM1: its e4m3 output's power-of-two scale (fp8::gemm2_input_scale)
-  // Counted (MmaArgs::expert_done, both GEMMs unsplit; zeroed before GEMM1 by the route): GEMM1's blocks
-  // count themselves done per expert there, and GEMM2 starts an expert's m-tiles once its count is
-  // complete, not after GEMM1's whole grid. gemm1_tiles: GEMM2's count of GEMM1's 16-row weight tiles (2 I / 16).
-  int gemm1_tiles = 0;
 };
 
 // Split-K across a thread-block cluster (split_k.cuh): at most this many blocks share a tile set's K (the

@@ -9,13 +9,6 @@
 // too: fp8_chunk_order.hpp). All tiles release a stage within the next chunk (after its step 1) and
 // refill it after step 3. An m-tile with fewer rows than the tile runs a narrower wgmma (Fp8Shape,
 // narrow_paths.cuh).
-//
-// Counted (MmaArgs::expert_done, unsplit launches: the plan's `counted`): GEMM1's blocks count themselves
-// done per expert, and a GEMM2 block waits for its expert's count, not for GEMM1's grid. GEMM2 launches
-// once every GEMM1 block is resident or done (each triggers at its start), so a waiting block cannot
-// starve them, and GEMM2's blocks then run beside GEMM1's last wave instead of after it: at T = 4096 that
-// wave is 12 of the 192-row tile's 3840 blocks on 132 SMs, at T = 1024 about 40 of the 64-row tile's
-// 2950 on 264 slots.
 #include "kernels/sm90/wgmma_fp8_tile.cuh"
 
 #include <algorithm>
@@ -55,17 +48,8 @@ __global__ void __launch_bounds__(Fp8Shape<kRows>::kThreads, Fp8Shape<kRows>::kB
   const int tile0 = weight_block * kTiles;
   const int my_tile = tile0 + warp;
   const bool producer = threadIdx.x == 0;
-  const bool counted = !kSplit && a.expert_done != nullptr;
   if (producer) init_ring<S>(maps, nullptr, full, empty, kWarps);
-  // Counted, GEMM2 reads the routing without the grid wait: GEMM1 waited for it before this grid could launch.
-  if (!mma::find_block_m_tile<kRows>(a, m_tile, tile, kGemm1 || !counted)) return;
-  if (!kGemm1 && counted) {
-    // GEMM1's blocks of the expert (its m-tiles x GEMM1's weight blocks), then the block's tensor copies may
-    // read their stores. The whole block waits: thread 0 waiting alone made ptxas serialise the 192-row tile's
-    // wgmmas (C7512).
-    kernels::block_wait_count(&a.expert_done[tile.expert], tile.expert_tiles * ((f.gemm1_tiles + kTiles - 1) / kTiles));
-    if (producer) kernels::fence_proxy_async_global();
-  }
+  if (!mma::find_block_m_tile<kRows>(a, m_tile, tile)) return;
   // The staged factors (Fp8Shape::kStagedFactors): loaded here, the loads overlapping the main loop.
   if constexpr (S::kStagedFactors) {
     if (threadIdx.x < tile.rows) {
@@ -142,46 +126,34 @@ __global__ void __launch_bounds__(Fp8Shape<kRows>::kThreads, Fp8Shape<kRows>::kB
     for (int i = threadIdx.x; i < tile.rows * pad; i += kThreads)
       static_cast<uint8_t*>(a.out)[(tile.row0 + i / pad) * pitch + fp8_row_position(features + i % pad)] = 0;
   }
-  if (my_rows) {
-    // acc x act_scale x 2^c: the fp32 value of the row's e4m3 products (ldexpf: exact, subnormals too).
-    float(&acc_tiles)[1][kRows / 8][4] = *reinterpret_cast<float(*)[1][kRows / 8][4]>(&acc);
+  if (!my_rows) return;
+
+  // acc x act_scale x 2^c: the fp32 value of the row's e4m3 products (ldexpf: exact, subnormals too).
+  float(&acc_tiles)[1][kRows / 8][4] = *reinterpret_cast<float(*)[1][kRows / 8][4]>(&acc);
 #pragma unroll
-    for (int n = 0; n < kRows / 8; ++n)
+  for (int n = 0; n < kRows / 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int r = n * 8 + 2 * t + e;
-        const float scale = r >= tile.rows ? 0.f
-                            : !kGemm1      ? f.act_scale
-                                           : (S::kStagedFactors ? row_factor[r] : f.act_scales[tile.row0 + r]);
-        acc_tiles[0][n][e] = ldexpf(acc_tiles[0][n][e] * scale, c_lo);
-        acc_tiles[0][n][2 + e] = ldexpf(acc_tiles[0][n][2 + e] * scale, c_hi);
-      }
-    const mma::EpilogueArgs epilogue{a.bias, a.n, a.row_pair, a.pair_weights, a.out, a.alpha, a.limit};
-    // GEMM1's output is GEMM2's input: e4m3(SwiGLU x out_scale) in the activation order (fp8_chunk_order.hpp).
-    auto gemm1_store = [out = static_cast<uint8_t*>(a.out), pitch, s = f.out_scale](int64_t row, int feature, float v) {
-      out[row * pitch + fp8_row_position(feature)] = __nv_cvt_float_to_fp8(v * s, __NV_SATFINITE, __NV_E4M3);
-    };
-    if constexpr (S::kStagedFactors) {
-      const uint16_t* bias = a.bias ? a.bias + static_cast<int64_t>(expert) * a.n : nullptr;
-      mma::store_swap_rows<kGemm1>(
-          epilogue, acc_tiles, tile.row0, tile.rows, my_tile, 0, g, t, gemm1_store,
-          [bias](int ti, int j) { return bias ? mma::bf16_at(bias + ti * gemv::kTileRows + j) : 0.f; },
-          [](int r) { return row_factor[r]; });
-    } else {
-      mma::store_swap_rows<kGemm1>(epilogue, acc_tiles, expert, tile.row0, tile.rows, my_tile, 0, g, t, gemm1_store);
+    for (int e = 0; e < 2; ++e) {
+      const int r = n * 8 + 2 * t + e;
+      const float scale = r >= tile.rows ? 0.f
+                          : !kGemm1      ? f.act_scale
+                                         : (S::kStagedFactors ? row_factor[r] : f.act_scales[tile.row0 + r]);
+      acc_tiles[0][n][e] = ldexpf(acc_tiles[0][n][e] * scale, c_lo);
+      acc_tiles[0][n][2 + e] = ldexpf(acc_tiles[0][n][2 + e] * scale, c_hi);
     }
-  }
-  // After the loop `counted` is read again from the parameters: a register held across the 192-row tile's
-  // loop made ptxas serialise its wgmmas (C7512).
-  if constexpr (kGemm1) {
-    if (!kSplit && a.expert_done != nullptr) {
-      __syncthreads();  // the block's stores (its rows, the padding's zeros), then one release count
-      if (threadIdx.x == 0) kernels::release_add_gpu(&a.expert_done[expert], 1);
-    }
-  } else if (blockIdx.x == 0) {
-    // Counted, this grid then completes after GEMM1's, so that the next kernel's wait covers both (a
-    // second wait, where the block waited at its start, returns at once).
-    kernels::pdl_wait();
+  const mma::EpilogueArgs epilogue{a.bias, a.n, a.row_pair, a.pair_weights, a.out, a.alpha, a.limit};
+  // GEMM1's output is GEMM2's input: e4m3(SwiGLU x out_scale) in the activation order (fp8_chunk_order.hpp).
+  auto gemm1_store = [out = static_cast<uint8_t*>(a.out), pitch, s = f.out_scale](int64_t row, int feature, float v) {
+    out[row * pitch + fp8_row_position(feature)] = __nv_cvt_float_to_fp8(v * s, __NV_SATFINITE, __NV_E4M3);
+  };
+  if constexpr (S::kStagedFactors) {
+    const uint16_t* bias = a.bias ? a.bias + static_cast<int64_t>(expert) * a.n : nullptr;
+    mma::store_swap_rows<kGemm1>(
+        epilogue, acc_tiles, tile.row0, tile.rows, my_tile, 0, g, t, gemm1_store,
+        [bias](int ti, int j) { return bias ? mma::bf16_at(bias + ti * gemv::kTileRows + j) : 0.f; },
+        [](int r) { return row_factor[r]; });
+  } else {
+    mma::store_swap_rows<kGemm1>(epilogue, acc_tiles, expert, tile.row0, tile.rows, my_tile, 0, g, t, gemm1_store);
   }
 #else
   (void)a, (void)f;
@@ -244,10 +216,6 @@ void launch_wgmma_fp8(const mma::MmaArgs& a, const Fp8Operands& fp8, int64_t tok
                 fp8.act_scale, ")");
   MXMOE_REQUIRE(!kGemm1 || is_power_of_two_scale(fp8.out_scale),
                 "fp8 wgmma: GEMM1's out_scale must be a power of two (fp8::gemm2_input_scale), got ", fp8.out_scale);
-  MXMOE_REQUIRE(a.expert_done == nullptr || splits == 1, "fp8 wgmma: counted GEMMs (expert_done) run unsplit, got splits ",
-                splits);
-  MXMOE_REQUIRE(kGemm1 || a.expert_done == nullptr || fp8.gemm1_tiles > 0,
-                "fp8 wgmma: a counted GEMM2 needs GEMM1's weight tiles (gemm1_tiles), got ", fp8.gemm1_tiles);
   MXMOE_REQUIRE(tokens * a.top_k < (int64_t{1} << 31), "fp8 wgmma: too many rows for the tensor maps: tokens ", tokens);
   if (tokens == 0 || max_active == 0) return;
   MXMOE_REQUIRE(a.n == a.tiles * gemv::kTileRows, "fp8 wgmma: N must be whole 16-row tiles, got ", a.n);

@@ -8,7 +8,6 @@
 #include "common/cuda_check.hpp"
 #include "common/m_tiles.cuh"
 #include "common/pdl_launch.cuh"
-#include "kernels/common/gpu_atomics.cuh"
 #include "kernels/common/record_map.hpp"
 #include "kernels/common/static_smem.hpp"
 #include "kernels/common/tensor_map.hpp"
