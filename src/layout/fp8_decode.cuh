@@ -112,9 +112,15 @@ MXMOE_FP8_HD Fp8Table fp8_code_table(int code) {
 // The table of scale byte `scale` in a row of exponent c.
 MXMOE_FP8_HD Fp8Table fp8_table(uint32_t scale, int c) { return fp8_code_table(fp8_shift_code(scale, c)); }
 
+// Byte i of the result is byte (nibble i of `selector`) of the 8 bytes b:a, for selectors whose nibbles 0..3
+// are 0..7 (their top bits clear); the selector's upper 16 bits are not read. In device code the bare prmt:
+// __byte_perm clears each nibble's top bit itself, one `and` a prmt, which decode_e2m1x8_e4m3's selectors
+// do not need (one mask for both: 8 instructions a word became 7).
 MXMOE_FP8_HD uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t selector) {
 #if defined(__CUDA_ARCH__)
-  return __byte_perm(a, b, selector);
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(selector));
+  return r;
 #else
   const uint64_t bytes = static_cast<uint64_t>(b) << 32 | a;
   uint32_t out = 0;
