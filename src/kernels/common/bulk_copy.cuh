@@ -42,18 +42,19 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_
 }
 
 // One plain arrival (a consumer releasing a stage).
-__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
 #if MXMOE_HAS_SM90_ASYNC
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(shared_address(bar)) : "memory");
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 #else
   asm volatile(  // sm_80 has no sink operand
       "{\n"
       ".reg .b64 state;\n"
       "mbarrier.arrive.shared::cta.b64 state, [%0];\n"
-      "}\n" ::"r"(shared_address(bar))
+      "}\n" ::"r"(bar)
       : "memory");
 #endif
 }
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) { mbarrier_arrive(shared_address(bar)); }
 
 // try_wait (sm_90) suspends the thread for a while before it returns false; test_wait (sm_80) polls.
 __device__ __forceinline__ void mbarrier_wait_parity(uint32_t bar, uint32_t parity) {

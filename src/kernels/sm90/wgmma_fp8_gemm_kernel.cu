@@ -85,16 +85,22 @@ __global__ void __launch_bounds__(Fp8Shape<kRows>::kThreads, Fp8Shape<kRows>::kB
   float acc[kRows / 2] = {};
   // The ring's chunks, kStages an iteration (wgmma_block.cuh).
   static_assert(kAhead == kStages - 1, "chunk i + kAhead refills chunk i - 1's stage");
+  // The ring's barriers as shared-window addresses made warp-uniform by a shuffle: ptxas keeps them in
+  // uniform registers across the loop. Taken from the arrays at each use, their addresses (the CTA's window
+  // bits included) were rebuilt in regular registers at every wait and arrival, 8 instructions a chunk
+  // (A/B on an H200: 1-3% from T = 1 to 2048, even at 4096; docs/fp8.md).
+  const uint32_t bars = __shfl_sync(0xFFFFFFFFu, kernels::shared_address(&full[0]), 0);
+  const uint32_t empties = __shfl_sync(0xFFFFFFFFu, kernels::shared_address(&empty[0]), 0);
   for_each_ring_chunk<kStages, S>(chunks, path, [&](auto n, int i, int stage, uint32_t parity) {
-    kernels::mbarrier_wait_parity(&full[stage], parity);
+    kernels::mbarrier_wait_parity(bars + 8u * stage, parity);
     // Chunk i - 1's groups are all retired by step 1's wait: its stage is released then, and refilled
     // with chunk i + kAhead after step 3 once every warp has released it (the bf16 tiles' ring).
     const int previous = stage == 0 ? kStages - 1 : stage - 1;
     const uint32_t previous_parity = stage == 0 ? parity ^ 1u : parity;
     auto between = [&](int w) {
-      if (w == 1 && lane == 0 && i > 0) kernels::mbarrier_arrive(&empty[previous]);
+      if (w == 1 && lane == 0 && i > 0) kernels::mbarrier_arrive(empties + 8u * previous);
       if (w == 3 && producer && i + kAhead < chunks) {
-        if (i > 0) kernels::mbarrier_wait_parity(&empty[previous], previous_parity);
+        if (i > 0) kernels::mbarrier_wait_parity(empties + 8u * previous, previous_parity);
         load(i + kAhead);
       }
     };
