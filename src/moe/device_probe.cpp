@@ -107,29 +107,29 @@ bool ptx_runs_on(const std::string& arch, int cc_major, int cc_minor) {
 
 namespace {
 
-// The best cubin (SASS) of `build_archs` that runs on such a device, as compute capability x 10; 0: none.
-// A "-virtual" entry has no cubin.
-int best_cubin_for(const std::vector<std::string>& build_archs, int cc_major, int cc_minor) {
+// The highest entry of `build_archs` (compute capability x 10) that is not a `skip` entry ("-virtual":
+// no cubin; "-real": no PTX) and that `runs` on such a device; 0: none.
+int best_arch_for(const std::vector<std::string>& build_archs, std::string_view skip,
+                  bool (*runs)(const std::string&, int, int), int cc_major, int cc_minor) {
   int best = 0;
   for (const std::string& arch : build_archs)
-    if (!arch.ends_with("-virtual") && cubin_runs_on(arch, cc_major, cc_minor)) {
+    if (!arch.ends_with(skip) && runs(arch, cc_major, cc_minor)) {
       const ParsedArch p = parse_arch(arch);
       best = std::max(best, p.major * 10 + p.minor);
     }
   return best;
 }
 
+// The best cubin (SASS) of `build_archs` that runs on such a device; 0: none.
+int best_cubin_for(const std::vector<std::string>& build_archs, int cc_major, int cc_minor) {
+  return best_arch_for(build_archs, "-virtual", cubin_runs_on, cc_major, cc_minor);
+}
+
 }  // namespace
 
 int code_arch_for(const std::vector<std::string>& build_archs, int cc_major, int cc_minor) {
   if (const int cubin = best_cubin_for(build_archs, cc_major, cc_minor); cubin != 0) return cubin;
-  int ptx = 0;
-  for (const std::string& arch : build_archs)
-    if (!arch.ends_with("-real") && ptx_runs_on(arch, cc_major, cc_minor)) {
-      const ParsedArch p = parse_arch(arch);
-      ptx = std::max(ptx, p.major * 10 + p.minor);
-    }
-  return ptx;
+  return best_arch_for(build_archs, "-real", ptx_runs_on, cc_major, cc_minor);
 }
 
 ProbeResult probe() {
