@@ -10,8 +10,9 @@
 //   5, 6 in the even ones. So a word decodes in 7 instructions to two registers, bytes [e0, e3, e1, e2]
 //   and [e4, e7, e5, e6] (fp8_chunk_order.hpp orders the activations to match): one mask makes both
 //   prmt selectors, and the signs are in place (or 4 bits below it) already.
-// - each scale byte holds the block's shift code 8d (fp8_shift_code), so a lane's table is two
-//   multiply-adds.
+// - each scale byte holds the block's shift code 8d (fp8_shift_code), a multiple of 8 as a byte too: the
+//   byte offset of its table in an array of every code's table (fp8_entry_table), so a lane's table is
+//   one 8-byte shared-memory load at that offset.
 //
 // Tables: d >= -5 is the d = 0 table with 8d added to each nonzero byte's exponent field (exact, no carry
 // between bytes); d < -5 rounds to e4m3 subnormals (or zero) as float_to_e4m3 does, through the
@@ -39,7 +40,7 @@ inline constexpr uint32_t kFp8NanTable = 0x7F7F7F7Fu;
 inline constexpr int kFp8FastMinShift = -5;  // the smallest d whose table is the shifted d = 0 table
 inline constexpr int kFp8MaxShift = 6;       // c = (the row's largest x) - 6
 
-struct Fp8Table {
+struct alignas(8) Fp8Table {
   uint32_t lo, hi;  // bytes 0..3: magnitude codes 0..3; 4..7: codes 4..7
 };
 
@@ -78,10 +79,10 @@ inline
 }
 
 // A block's shift code: 8d, d = min(x - c, kFp8MaxShift) (x: its scale's exponent, c: its row's), d
-// held at -16 (every magnitude rounds to zero from d = -13); kFp8NanCode for a NaN scale. Past K the
-// padding blocks (zero weights) above the row's largest are held at kFp8MaxShift too: their zero codes
-// read byte 0, which no table changes.
-inline constexpr int kFp8NanCode = 127;
+// held at -16 (every magnitude rounds to zero from d = -13); kFp8NanCode, the code of d = 7 (which no
+// finite scale makes), for a NaN scale. Past K the padding blocks (zero weights) above the row's largest
+// are held at kFp8MaxShift too: their zero codes read byte 0, which no table changes.
+inline constexpr int kFp8NanCode = 8 * (kFp8MaxShift + 1);
 MXMOE_FP8_HD int fp8_shift_code(uint32_t scale, int c) {
   if (scale == 0xFFu) return kFp8NanCode;
   int d = static_cast<int>(scale) - 127 - c;
@@ -93,10 +94,6 @@ MXMOE_FP8_HD int fp8_shift_code(uint32_t scale, int c) {
 // Whether a shift code's table is the shifted d = 0 table (fp8_fast_table): all but a NaN scale's and
 // those below kFp8FastMinShift.
 MXMOE_FP8_HD bool fp8_fast_code(int code) { return code != kFp8NanCode && code >= 8 * kFp8FastMinShift; }
-// Both codes of a lane's pair (bytes 0 and 1 of `codes`, as a record stores them) fast, in two
-// instructions: shift codes are multiples of 8 in [-128, 48] or kFp8NanCode, and adding 40 to each
-// byte sets its top bit exactly for the slow ones (-128 .. -48 and 127), a carry from byte 0 included.
-MXMOE_FP8_HD bool fp8_fast_code_pair(uint32_t codes) { return ((codes + 0x2828u) & 0x8080u) == 0; }
 MXMOE_FP8_HD Fp8Table fp8_fast_table(int code) {
   const auto step = static_cast<uint32_t>(code);
   return {kFp8Table0 + step * 0x01010100u, kFp8Table1 + step * 0x01010101u};
@@ -111,6 +108,15 @@ MXMOE_FP8_HD Fp8Table fp8_code_table(int code) {
 
 // The table of scale byte `scale` in a row of exponent c.
 MXMOE_FP8_HD Fp8Table fp8_table(uint32_t scale, int c) { return fp8_code_table(fp8_shift_code(scale, c)); }
+
+// Every code's table, entry e holding the table of the code whose byte is 8e (codes -128 .. -8 in entries
+// 16 .. 31, 0 .. kFp8NanCode in 0 .. 7): a code's byte, as a record stores it, is its table's byte offset
+// in the array. Entries 8 .. 15 (d = 8 .. 15) no code reaches; they hold NaN tables.
+inline constexpr int kFp8TableEntries = 32;
+MXMOE_FP8_HD Fp8Table fp8_entry_table(int entry) {
+  const int code = entry < 16 ? 8 * entry : 8 * entry - 256;
+  return code > kFp8NanCode ? Fp8Table{kFp8NanTable, kFp8NanTable} : fp8_code_table(code);
+}
 
 // Byte i of the result is byte (nibble i of `selector`) of the 8 bytes b:a, for selectors whose nibbles 0..3
 // are 0..7 (their top bits clear); the selector's upper 16 bits are not read. In device code the bare prmt:

@@ -98,24 +98,33 @@ TEST(Fp8Decode, MatchesTheModelsE4m3WeightsBitForBit) {
   EXPECT_GT(checked_slow, 0);
 }
 
-// The kernels test a lane's two shift codes (a record's two scale bytes) for the fast tables in two
-// instructions (fp8_fast_code_pair): every pair of codes fp8_shift_code can make, against the per-code rule,
-// and the fast table equals fp8_code_table wherever the rule says it may be used.
-TEST(Fp8Decode, TheCodePairTestIsThePerCodeRule) {
+// The kernels look a lane's tables up by its two shift codes' bytes, as byte offsets into an array of
+// fp8_entry_table's (wgmma_fp8_tile.cuh): for every code fp8_shift_code can make, the entry at its byte is
+// its table, and the fast table wherever fp8_fast_code says so; no code's byte is another's.
+TEST(Fp8Decode, EachCodesByteIsItsTablesOffset) {
   std::set<int> codes;
   for (int scale = 0; scale < 256; ++scale)
     for (int c = -140; c <= 140; ++c) codes.insert(kernels::fp8_shift_code(static_cast<uint32_t>(scale), c));
   ASSERT_TRUE(codes.count(kernels::kFp8NanCode) && codes.count(-128) && codes.count(8 * kernels::kFp8FastMinShift) &&
               codes.count(8 * kernels::kFp8FastMinShift - 8) && codes.count(8 * kernels::kFp8MaxShift));
-  for (const int lo : codes) {
-    const kernels::Fp8Table exact = kernels::fp8_code_table(lo), fast = kernels::fp8_fast_table(lo);
-    if (kernels::fp8_fast_code(lo)) ASSERT_TRUE(exact.lo == fast.lo && exact.hi == fast.hi) << "code " << lo;
-    for (const int hi : codes) {
-      const uint32_t pair = (static_cast<uint32_t>(lo) & 0xFFu) | (static_cast<uint32_t>(hi) & 0xFFu) << 8;
-      ASSERT_EQ(kernels::fp8_fast_code_pair(pair), kernels::fp8_fast_code(lo) && kernels::fp8_fast_code(hi))
-          << "codes " << lo << ", " << hi;
+  kernels::Fp8Table tables[kernels::kFp8TableEntries];
+  for (int e = 0; e < kernels::kFp8TableEntries; ++e) tables[e] = kernels::fp8_entry_table(e);
+  std::set<int> bytes;
+  for (const int code : codes) {
+    const auto byte = static_cast<uint8_t>(static_cast<int8_t>(code));  // as a record stores it
+    ASSERT_EQ(byte % sizeof(kernels::Fp8Table), 0u) << "code " << code;
+    ASSERT_LT(byte / sizeof(kernels::Fp8Table), static_cast<size_t>(kernels::kFp8TableEntries)) << "code " << code;
+    ASSERT_TRUE(bytes.insert(byte).second) << "code " << code;
+    kernels::Fp8Table entry;
+    std::memcpy(&entry, reinterpret_cast<const uint8_t*>(tables) + byte, sizeof entry);
+    const kernels::Fp8Table exact = kernels::fp8_code_table(code);
+    ASSERT_TRUE(entry.lo == exact.lo && entry.hi == exact.hi) << "code " << code;
+    if (kernels::fp8_fast_code(code)) {
+      const kernels::Fp8Table fast = kernels::fp8_fast_table(code);
+      ASSERT_TRUE(exact.lo == fast.lo && exact.hi == fast.hi) << "code " << code;
     }
   }
+  EXPECT_EQ(tables[kernels::kFp8NanCode / 8].lo, kernels::kFp8NanTable);
 }
 
 // The kernel's data path on the host, one 16-row tile: each lane's record words and scales decoded at

@@ -34,6 +34,7 @@ __global__ void __launch_bounds__(Fp8Shape<kRows>::kThreads, Fp8Shape<kRows>::kB
   __shared__ float row_factor[S::kStagedFactors ? kRows : 1];  // the epilogue's factor of each m-tile row
   __shared__ __align__(8) uint64_t full[kStages];   // a stage's records and activations have landed
   __shared__ __align__(8) uint64_t empty[kStages];  // every warp is done with a stage
+  __shared__ kernels::Fp8Table tables[kernels::kFp8TableEntries];  // every shift code's decode table
   uint8_t* smem = smem_raw + ((1024 - (smem_address(smem_raw) & 1023)) & 1023);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -49,6 +50,7 @@ __global__ void __launch_bounds__(Fp8Shape<kRows>::kThreads, Fp8Shape<kRows>::kB
   const int my_tile = tile0 + warp;
   const bool producer = threadIdx.x == 0;
   if (producer) init_ring<S>(maps, nullptr, full, empty, kWarps);
+  if (warp == 1) tables[lane] = kernels::fp8_entry_table(lane);  // read after find_block_m_tile's barrier
   if (!mma::find_block_m_tile<kRows>(a, m_tile, tile)) return;
   // The staged factors (Fp8Shape::kStagedFactors): loaded here, the loads overlapping the main loop.
   if constexpr (S::kStagedFactors) {
@@ -91,6 +93,7 @@ __global__ void __launch_bounds__(Fp8Shape<kRows>::kThreads, Fp8Shape<kRows>::kB
   // (A/B on an H200: 1-3% from T = 1 to 2048, even at 4096; docs/fp8.md).
   const uint32_t bars = __shfl_sync(0xFFFFFFFFu, kernels::shared_address(&full[0]), 0);
   const uint32_t empties = __shfl_sync(0xFFFFFFFFu, kernels::shared_address(&empty[0]), 0);
+  const uint32_t table_base = __shfl_sync(0xFFFFFFFFu, kernels::shared_address(&tables[0]), 0);
   for_each_ring_chunk<kStages, S>(chunks, path, [&](auto n, int i, int stage, uint32_t parity) {
     kernels::mbarrier_wait_parity(bars + 8u * stage, parity);
     // Chunk i - 1's groups are all retired by step 1's wait: its stage is released then, and refilled
@@ -107,7 +110,7 @@ __global__ void __launch_bounds__(Fp8Shape<kRows>::kThreads, Fp8Shape<kRows>::kB
     const uint8_t* st = smem + stage * S::kStageBytes;
     if (group_active) {
       wgmma_fp8_chunk<kRows, decltype(n)::value>(smem_address(st), st + S::kActBytes + warp * gemv::kChunkBytes, lane,
-                                                 acc, between);
+                                                 table_base, acc, between);
     } else {
       __syncwarp();
 #pragma unroll

@@ -9,6 +9,7 @@
 #include "common/m_tiles.cuh"
 #include "common/pdl_launch.cuh"
 #include "kernels/common/record_map.hpp"
+#include "kernels/common/shared_load.cuh"
 #include "kernels/common/static_smem.hpp"
 #include "kernels/common/tensor_map.hpp"
 #include "kernels/common/tma.cuh"
@@ -100,23 +101,18 @@ __device__ __forceinline__ void load_fp8_stage(uint8_t* stage, const Fp8Maps& ma
   kernels::tma_load_2d(stage, act, c * gemv::kChunkK, row0, full);
 }
 
-// The lane's decode tables (its MX block in rows g and g+8) from the record's shift codes: two
-// multiply-adds each. fp8_code_table's other cases (a NaN scale, a block more than 5 exponents below
-// its row's largest) are rare, so they sit behind one vote of the warp, not a branch per lane and table
-// (with ptxas's divergence bookkeeping those branches took about 30 instructions a chunk, this about 20;
-// A/B on an H200: 2-3% at every T, docs/fp8.md).
-__device__ __forceinline__ void lane_fp8_tables(const uint8_t* record, int lane, kernels::Fp8Table& lo,
+// The lane's decode tables (its MX block in rows g and g+8): each of its two shift codes (a byte load each)
+// is its table's byte offset in the block's array of every code's table (fp8_entry_table, at shared-window
+// address `tables`), so a table is one 8-byte load, whatever the code (a NaN scale, a block more than 5
+// exponents below its row's largest). This replaced two multiply-adds per table behind a warp vote for the
+// rare tables: 24 instructions a chunk with ptxas's divergence bookkeeping, now 4; and with one 16-bit load
+// of both codes and a mask ptxas serialised the 192-row GEMM1's wgmmas (C7512). A/B in docs/fp8.md.
+__device__ __forceinline__ void lane_fp8_tables(const uint8_t* record, int lane, uint32_t tables, kernels::Fp8Table& lo,
                                                 kernels::Fp8Table& hi) {
-  const uint32_t codes = *reinterpret_cast<const uint16_t*>(record + gemv::lane_scale_offset(lane));
-  const int code_lo = static_cast<int8_t>(codes & 0xFFu), code_hi = static_cast<int8_t>(codes >> 8);
-  if (__any_sync(0xFFFFFFFFu, !kernels::fp8_fast_code_pair(codes))) {
-    lo = kernels::fp8_code_table(code_lo);
-    hi = kernels::fp8_code_table(code_hi);
-  } else {
-    lo = kernels::fp8_fast_table(code_lo);
-    hi = kernels::fp8_fast_table(code_hi);
-  }
-  __syncwarp();  // the slow tables diverge; the wgmmas after are .aligned
+  const uint8_t* codes = record + gemv::lane_scale_offset(lane);
+  const uint2 l = kernels::ld_shared_v2(tables + codes[0]), h = kernels::ld_shared_v2(tables + codes[1]);
+  lo = {l.x, l.y};
+  hi = {h.x, h.y};
 }
 
 // One chunk of one warpgroup: the warp's record decoded word by word to e4m3 (fp8_decode.cuh), word w
@@ -124,14 +120,16 @@ __device__ __forceinline__ void lane_fp8_tables(const uint8_t* record, int lane,
 // N = kN (the block's first kN rows, kN <= kRows) per step, one group per step. Before step w all groups
 // but the last are retired, so the fragments of step w - 2 are free (the bf16 tiles' scheme,
 // wgmma_tile.cuh). between(w) runs after group w is issued (the ring's release and refill). The record
-// is a W4A8 layer's: its scale bytes are the blocks' shift codes (fp8_decode.cuh).
+// is a W4A8 layer's: its scale bytes are the blocks' shift codes (fp8_decode.cuh); `tables`: the
+// shared-window address of the block's fp8_entry_table array.
 template <int kRows, int kN, class Between>
-__device__ __forceinline__ void wgmma_fp8_chunk(uint32_t act, const uint8_t* record, int lane, float (&acc)[kRows / 2],
+__device__ __forceinline__ void wgmma_fp8_chunk(uint32_t act, const uint8_t* record, int lane,
+                                                uint32_t tables, float (&acc)[kRows / 2],
                                                 Between&& between) {
   static_assert(kN <= kRows, "the instruction's rows are the block's first");
   float(&d)[kN / 2] = *reinterpret_cast<float(*)[kN / 2]>(&acc);
   kernels::Fp8Table t_lo, t_hi;
-  lane_fp8_tables(record, lane, t_lo, t_hi);
+  lane_fp8_tables(record, lane, tables, t_lo, t_hi);
   const uint32_t desc0 = kernels::wgmma_desc_sw128_low_uniform(act);
   uint32_t wl[4], wh[4];
   load_lane_words(record, lane, wl, wh);
