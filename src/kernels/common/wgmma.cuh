@@ -30,10 +30,14 @@ namespace mxmoe::kernels {
 // A warp's lanes all pass the same address, and the low word comes back through a shuffle from lane
 // 0: ptxas then knows it is warp-uniform and builds every descriptor in uniform registers, instead of
 // in each lane followed by moves to uniform registers (R2UR) before each wgmma. That was about a
-// fifth of the 64-row wgmma tile's instructions per chunk (docs/perf-log.md). The whole warp must
-// call it.
+// fifth of the 64-row wgmma tile's instructions per chunk (docs/perf/wgmma.md). The whole warp must
+// call it. Where ptxas already holds the address in a uniform register (the FP8 tiles' stages), the
+// plain low word is built there without the shuffle.
+__device__ __forceinline__ uint32_t wgmma_desc_sw128_low(uint32_t smem_address) {
+  return ((smem_address & 0x3FFFFu) >> 4) | (1u << 16);
+}
 __device__ __forceinline__ uint32_t wgmma_desc_sw128_low_uniform(uint32_t smem_address) {
-  return __shfl_sync(0xFFFFFFFFu, ((smem_address & 0x3FFFFu) >> 4) | (1u << 16), 0);
+  return __shfl_sync(0xFFFFFFFFu, wgmma_desc_sw128_low(smem_address), 0);
 }
 __device__ __forceinline__ uint64_t wgmma_desc_sw128_from_low(uint32_t low) {
   return static_cast<uint64_t>(low) | (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);

@@ -94,6 +94,11 @@ __global__ void __launch_bounds__(Fp8Shape<kRows>::kThreads, Fp8Shape<kRows>::kB
   const uint32_t bars = __shfl_sync(0xFFFFFFFFu, kernels::shared_address(&full[0]), 0);
   const uint32_t empties = __shfl_sync(0xFFFFFFFFu, kernels::shared_address(&empty[0]), 0);
   const uint32_t table_base = __shfl_sync(0xFFFFFFFFu, kernels::shared_address(&tables[0]), 0);
+  // The stages' descriptors: ptxas sees the stage addresses as uniform (the block's base, in a uniform
+  // register) and builds them there without the shuffle of wgmma_desc_sw128_low_uniform, 6 to 9 fewer
+  // instructions a chunk; but in GEMM2's 128- and 192-row tiles it then hoists all 16 of a ring's
+  // descriptors out of the loop into uniform registers and spills inside the loop, so those shuffle.
+  constexpr bool kShuffledDesc = !kGemm1 && kRows >= 128;
   for_each_ring_chunk<kStages, S>(chunks, path, [&](auto n, int i, int stage, uint32_t parity) {
     kernels::mbarrier_wait_parity(bars + 8u * stage, parity);
     // Chunk i - 1's groups are all retired by step 1's wait: its stage is released then, and refilled
@@ -109,7 +114,7 @@ __global__ void __launch_bounds__(Fp8Shape<kRows>::kThreads, Fp8Shape<kRows>::kB
     };
     const uint8_t* st = smem + stage * S::kStageBytes;
     if (group_active) {
-      wgmma_fp8_chunk<kRows, decltype(n)::value>(smem_address(st), st + S::kActBytes + warp * gemv::kChunkBytes, lane,
+      wgmma_fp8_chunk<kRows, decltype(n)::value, kShuffledDesc>(smem_address(st), st + S::kActBytes + warp * gemv::kChunkBytes, lane,
                                                  table_base, acc, between);
     } else {
       __syncwarp();
