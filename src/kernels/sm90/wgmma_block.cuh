@@ -49,6 +49,17 @@ __device__ __forceinline__ void init_ring(const Maps& maps, const CUtensorMap* e
   kernels::fence_barrier_init();
 }
 
+// A chunk's place in the ring: its stage and the parity of that stage's phase.
+struct RingSlot {
+  int stage;
+  uint32_t parity;
+};
+// The slot of chunk c - 1, for chunk c in `stage` at `parity` (the stage before, one phase back across 0).
+template <int kStages>
+__device__ __forceinline__ RingSlot previous_slot(int stage, uint32_t parity) {
+  return stage == 0 ? RingSlot{kStages - 1, parity ^ 1u} : RingSlot{stage - 1, parity};
+}
+
 // The main loop of either family: f(n, c, stage, parity) for chunks c = 0 .. chunks - 1 of a ring of kStages
 // stages, n the m-tile path's width (std::integral_constant, with_path_width), chunk c in stage c % kStages
 // at barrier parity (c / kStages) & 1. kStages chunks an iteration, chunk c0 + j in stage j: the stage and

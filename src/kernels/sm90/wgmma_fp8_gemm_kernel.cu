@@ -103,19 +103,18 @@ __global__ void __launch_bounds__(Fp8Shape<kRows>::kThreads, Fp8Shape<kRows>::kB
     kernels::mbarrier_wait_parity(bars + 8u * stage, parity);
     // Chunk i - 1's groups are all retired by step 1's wait: its stage is released then, and refilled
     // with chunk i + kAhead after step 3 once every warp has released it (the bf16 tiles' ring).
-    const int previous = stage == 0 ? kStages - 1 : stage - 1;
-    const uint32_t previous_parity = stage == 0 ? parity ^ 1u : parity;
+    const RingSlot previous = previous_slot<kStages>(stage, parity);
     auto between = [&](int w) {
-      if (w == 1 && lane == 0 && i > 0) kernels::mbarrier_arrive(empties + 8u * previous);
+      if (w == 1 && lane == 0 && i > 0) kernels::mbarrier_arrive(empties + 8u * previous.stage);
       if (w == 3 && producer && i + kAhead < chunks) {
-        if (i > 0) kernels::mbarrier_wait_parity(empties + 8u * previous, previous_parity);
+        if (i > 0) kernels::mbarrier_wait_parity(empties + 8u * previous.stage, previous.parity);
         load(i + kAhead);
       }
     };
     const uint8_t* st = smem + stage * S::kStageBytes;
     if (group_active) {
-      wgmma_fp8_chunk<kRows, decltype(n)::value, kShuffledDesc>(smem_address(st), st + S::kActBytes + warp * gemv::kChunkBytes, lane,
-                                                 table_base, acc, between);
+      wgmma_fp8_chunk<kRows, decltype(n)::value, kShuffledDesc>(
+          smem_address(st), st + S::kActBytes + warp * gemv::kChunkBytes, lane, table_base, acc, between);
     } else {
       __syncwarp();
 #pragma unroll

@@ -123,14 +123,14 @@ __device__ __forceinline__ void lane_fp8_tables(const uint8_t* record, int lane,
 // is a W4A8 layer's: its scale bytes are the blocks' shift codes (fp8_decode.cuh); `tables`: the
 // shared-window address of the block's fp8_entry_table array.
 template <int kRows, int kN, bool kShuffledDesc, class Between>
-__device__ __forceinline__ void wgmma_fp8_chunk(uint32_t act, const uint8_t* record, int lane,
-                                                uint32_t tables, float (&acc)[kRows / 2],
-                                                Between&& between) {
+__device__ __forceinline__ void wgmma_fp8_chunk(uint32_t act, const uint8_t* record, int lane, uint32_t tables,
+                                                float (&acc)[kRows / 2], Between&& between) {
   static_assert(kN <= kRows, "the instruction's rows are the block's first");
   float(&d)[kN / 2] = *reinterpret_cast<float(*)[kN / 2]>(&acc);
   kernels::Fp8Table t_lo, t_hi;
   lane_fp8_tables(record, lane, tables, t_lo, t_hi);
-  const uint32_t desc0 = kShuffledDesc ? kernels::wgmma_desc_sw128_low_uniform(act) : kernels::wgmma_desc_sw128_low(act);
+  const uint32_t desc0 =
+      kShuffledDesc ? kernels::wgmma_desc_sw128_low_uniform(act) : kernels::wgmma_desc_sw128_low(act);
   uint32_t wl[4], wh[4];
   load_lane_words(record, lane, wl, wh);
 #pragma unroll

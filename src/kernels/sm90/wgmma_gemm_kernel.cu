@@ -104,8 +104,7 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
   auto run_chunk = [&](int c, int stage, uint32_t parity, auto n, auto half) {
     constexpr bool kHalf = decltype(half)::value;
     kernels::mbarrier_wait_parity(&full[stage], parity);
-    const int previous = stage == 0 ? kStages - 1 : stage - 1;  // chunk c - 1's stage
-    const uint32_t previous_parity = stage == 0 ? parity ^ 1u : parity;
+    const RingSlot previous = previous_slot<kStages>(stage, parity);  // chunk c - 1's
     // Chunk c - 1's wgmma groups are all retired after word 1's wait: then its stage is released, and the
     // producer refills it with chunk c + kAhead once every warp has (a warp arrives only after waiting
     // for chunk c, which the producer requested after the previous phase of that stage completed, so no
@@ -116,11 +115,11 @@ __global__ void __launch_bounds__(kThreads, WgShape<kRows>::kBlocksPerSm)
     // for_each_ring_chunk, the 32-row tile's 64 registers no longer kept its wgmmas asynchronous, C7512;
     // they are serialised now, C7511, in a faster loop).
     auto release = [&] {
-      if (lane == 0 && c > 0) kernels::mbarrier_arrive(&empty[previous]);
+      if (lane == 0 && c > 0) kernels::mbarrier_arrive(&empty[previous.stage]);
     };
     auto refill = [&] {
       if (producer && c + kAhead < a.chunks) {
-        if (c > 0) kernels::mbarrier_wait_parity(&empty[previous], previous_parity);
+        if (c > 0) kernels::mbarrier_wait_parity(&empty[previous.stage], previous.parity);
         load(c + kAhead);
       }
     };
