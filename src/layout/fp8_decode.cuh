@@ -102,8 +102,7 @@ MXMOE_FP8_HD Fp8Table fp8_fast_table(int code) {
 // The table of a block's shift code.
 MXMOE_FP8_HD Fp8Table fp8_code_table(int code) {
   if (code == kFp8NanCode) return {kFp8NanTable, kFp8NanTable};
-  if (code < 8 * kFp8FastMinShift) return fp8_slow_table(code / 8);
-  return fp8_fast_table(code);
+  return fp8_fast_code(code) ? fp8_fast_table(code) : fp8_slow_table(code / 8);
 }
 
 // The table of scale byte `scale` in a row of exponent c.

@@ -12,6 +12,12 @@ namespace mxmoe::kernels {
 __device__ __forceinline__ uint32_t shared_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
+// The same, returned through a shuffle from lane 0 (the whole warp calls it): ptxas then knows the
+// address is warp-uniform and keeps it in a uniform register, instead of rebuilding it (the CTA's window
+// bits included) in regular registers at each use in a loop.
+__device__ __forceinline__ uint32_t uniform_shared_address(const void* p) {
+  return __shfl_sync(0xFFFFFFFFu, shared_address(p), 0);
+}
 
 __device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(bar)), "r"(count) : "memory");

@@ -87,13 +87,13 @@ __global__ void __launch_bounds__(Fp8Shape<kRows>::kThreads, Fp8Shape<kRows>::kB
   float acc[kRows / 2] = {};
   // The ring's chunks, kStages an iteration (wgmma_block.cuh).
   static_assert(kAhead == kStages - 1, "chunk i + kAhead refills chunk i - 1's stage");
-  // The ring's barriers as shared-window addresses made warp-uniform by a shuffle: ptxas keeps them in
-  // uniform registers across the loop. Taken from the arrays at each use, their addresses (the CTA's window
-  // bits included) were rebuilt in regular registers at every wait and arrival, 8 instructions a chunk
-  // (A/B on an H200: 1-3% from T = 1 to 2048, even at 4096; docs/fp8.md).
-  const uint32_t bars = __shfl_sync(0xFFFFFFFFu, kernels::shared_address(&full[0]), 0);
-  const uint32_t empties = __shfl_sync(0xFFFFFFFFu, kernels::shared_address(&empty[0]), 0);
-  const uint32_t table_base = __shfl_sync(0xFFFFFFFFu, kernels::shared_address(&tables[0]), 0);
+  // The ring's barriers and the decode tables as warp-uniform shared-window addresses, held in uniform
+  // registers across the loop. Taken from the arrays at each use, the barriers' addresses were rebuilt at
+  // every wait and arrival, 8 instructions a chunk (A/B on an H200: 1-3% from T = 1 to 2048, even at 4096;
+  // docs/fp8.md).
+  const uint32_t bars = kernels::uniform_shared_address(full);
+  const uint32_t empties = kernels::uniform_shared_address(empty);
+  const uint32_t table_base = kernels::uniform_shared_address(tables);
   // The stages' descriptors: ptxas sees the stage addresses as uniform (the block's base, in a uniform
   // register) and builds them there without the shuffle of wgmma_desc_sw128_low_uniform, 6 to 9 fewer
   // instructions a chunk; but in GEMM2's 128- and 192-row tiles it then hoists all 16 of a ring's
