@@ -12,7 +12,7 @@
 //               so the block's warps read neighbouring bytes at any moment
 //   balanced    as many blocks as are resident; the bytes split evenly, one contiguous range a warp
 // A ring is S slots of R records ("SxR records"): the GEMV kernels use 2x2.
-// Every pattern rotates over 6 windows of the 1 GiB buffer (more than the L2 holds), 6 launches per
+// Every pattern rotates over 6 windows of a 5 GiB buffer (more than the L2 holds), 6 launches per
 // CUDA graph, median of 30 replays. Built with the tools (build*/bench/micro/stream_read), or by hand:
 //   nvcc -O3 -std=c++20 -arch=sm_90a -Isrc -Iinclude -o stream_read bench/micro/stream_read.cu && ./stream_read
 // Needs sm_90 or newer (bulk copies); elsewhere its ring kernel traps.
@@ -199,7 +199,8 @@ struct Buffers {
   uint8_t* a = nullptr;
   uint8_t* b = nullptr;
   uint32_t* sink = nullptr;
-  size_t bytes = size_t{1} << 30;
+  size_t bytes = size_t{1} << 30;       // the copy's buffers
+  size_t a_bytes = size_t{5} << 30;     // the streams' windows (6 of up to 720 MB)
 };
 
 // Median ms per launch of `launch(window)` over 30 replays of a graph of kWindows launches.
@@ -261,10 +262,10 @@ int main() {
   cudaDeviceProp prop{};
   CHECK(cudaGetDeviceProperties(&prop, device));
   Buffers buf;
-  CHECK(cudaMalloc(&buf.a, buf.bytes));
+  CHECK(cudaMalloc(&buf.a, buf.a_bytes));
   CHECK(cudaMalloc(&buf.b, buf.bytes));
   CHECK(cudaMalloc(&buf.sink, 1024 * sizeof(uint32_t)));
-  CHECK(cudaMemset(buf.a, 0x5A, buf.bytes));
+  CHECK(cudaMemset(buf.a, 0x5A, buf.a_bytes));
   cudaStream_t stream;
   CHECK(cudaStreamCreate(&stream));
   std::printf("%s, %d SMs, L2 %d MB\n", prop.name, sms, prop.l2CacheSize >> 20);
@@ -277,8 +278,6 @@ int main() {
   std::printf("  copy        %6.1f MB read + written: %6.0f GB/s (the ceiling `mxmoe bench` reports)\n",
               buf.bytes / 1e6, 2.0 * buf.bytes / (copy_ms * 1e-3) / 1e9);
 
-  // gpt-oss-120b GEMM1 weights at T = 4 (16 expert slots x 360 tiles) and at T = 1 (4 slots), and
-  // GEMM2 at T = 1 (4 slots x 180 tiles).
   // gpt-oss-120b GEMM1 weights at T = 4 (16 expert slots x 360 tiles, unsplit), at T = 1 (4 slots,
   // split-K 2) and GEMM2 at T = 1 (4 slots x 180 tiles, split-K 4): the GEMV kernels' choices.
   struct Case {
@@ -318,6 +317,27 @@ int main() {
     run_ring<2, 2, true>(stream, buf, sms, "balanced", Mode::balanced, bytes, 3);
     run_ring<4, 1, true>(stream, buf, sms, "balanced", Mode::balanced, bytes, 3);
     run_ring<2, 2, true, true>(stream, buf, sms, "balanced", Mode::balanced, bytes, 3);
+  }
+  // A whole layer's weights as one stream (gpt-oss-120b: GEMM1's 360 and GEMM2's 180 tiles per active
+  // expert): what one kernel that read both GEMMs' bytes, and did nothing else, could reach. T = 1 (4
+  // experts), T = 4 (15.6), T = 16 (53). The layer's own kernels also route, wait for GEMM1 before GEMM2
+  // and combine; this is the stream alone.
+  std::printf("  one stream of a layer's weights (both GEMMs):\n");
+  for (const double experts : {4.0, 15.6, 53.0}) {
+    const uint64_t tiles = static_cast<uint64_t>(experts * 540 / kWarps) * kWarps;
+    const uint64_t bytes = tiles * kTileBytes, window = (bytes + (1 << 20)) & ~uint64_t{(1 << 20) - 1};
+    const double read_ms = time_ms(stream, [&](int w) {
+      read_kernel<<<sms * 8, 512, 0, stream>>>(reinterpret_cast<const uint4*>(buf.a + w * window), bytes / 16,
+                                               buf.sink);
+      CHECK(cudaGetLastError());
+    });
+    std::printf("  read        %6.1f MB  grid-stride loads (%.1f experts)                    %7.1f us  %6.0f GB/s\n",
+                bytes / 1e6, experts, read_ms * 1e3, bytes / (read_ms * 1e-3) / 1e9);
+    run_ring<2>(stream, buf, sms, "tiles", Mode::tiles, bytes, 3, 1);
+    run_ring<2>(stream, buf, sms, "balanced", Mode::balanced, bytes, 3);
+    run_ring<2, 2, true>(stream, buf, sms, "tiles", Mode::tiles, bytes, 3, 1);
+    run_ring<2, 2, true>(stream, buf, sms, "tiles", Mode::tiles, bytes, 3, 2);
+    run_ring<2, 2, true>(stream, buf, sms, "balanced", Mode::balanced, bytes, 3);
   }
   CHECK(cudaStreamDestroy(stream));
   CHECK(cudaFree(buf.a));

@@ -132,14 +132,15 @@ __global__ void __launch_bounds__(32 * warps_for(kNb), min_blocks_for(kNb))
     return;
   }
   if (counted) kernels::block_wait_count(&a.slot_done[slot], a.gemm1_blocks_per_slot);
-  // Lanes whose batch row is past rows_cap read the last staged row: their MMA column is never stored.
-  uint32_t b_rows[kNb];
-#pragma unroll
-  for (int n = 0; n < kNb; ++n)
-    b_rows[n] = kernels::shared_address(smem + min(kNarrowRows * n + g, rows_cap - 1) * stride + q * 16);
-
   for (int batch = first_batch; batch < rows; batch += gridDim.z * kBatchRows) {
     const int batch_rows = min(kBatchRows, rows - batch);
+    // Lanes whose batch row is past the batch's rows read its last row: their MMA column is never
+    // stored, and a quarter-warp reading fewer distinct rows needs fewer shared-memory wavefronts (one
+    // row: a broadcast), which is most batches below 2 rows per expert.
+    uint32_t b_rows[kNb];
+#pragma unroll
+    for (int n = 0; n < kNb; ++n)
+      b_rows[n] = kernels::shared_address(smem + min(kNarrowRows * n + g, batch_rows - 1) * stride + q * 16);
     // Later batches re-stream the tile: request their first stages before staging the rows.
     if (ring.issuer(lane) && batch != first_batch) ring.issue_first(groups);
     if (!staged_early || batch != first_batch) stage_batch(batch);
