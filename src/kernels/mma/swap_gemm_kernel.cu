@@ -197,11 +197,7 @@ __device__ __forceinline__ void swap_gemm_block(const MmaArgs& a, const CUtensor
   // them from the thread index on every chunk (about 22 instructions), which it cannot do for a
   // shuffle's result.
   const auto opaque = [lane](uint32_t x) { return __shfl_sync(0xFFFFFFFFu, x, lane); };
-  // A lane whose row is past the m-tile's rows reads its last row instead (its column is never stored):
-  // a quarter-warp reading fewer distinct rows needs fewer shared-memory wavefronts, and below 8 rows per
-  // expert most m-tiles hold only a few. Rows of later groups keep their 8-row offsets from it.
-  const int lane_row = n0 * 8 + min(g, max(tile.rows - 1 - n0 * 8, 0));
-  const uint32_t act0 = opaque(smem_base + lane_row * kRowBytes + granule_slot(t, 0) * 16);
+  const uint32_t act0 = opaque(smem_base + (n0 * 8 + g) * kRowBytes + granule_slot(t, 0) * 16);
   const uint32_t records0 = opaque(smem_base + S::kActBytes + wt * gemv::kChunkBytes + gemv::lane_data_offset(lane));
   const uint32_t scales0 = opaque(smem_base + S::kActBytes + wt * gemv::kChunkBytes + gemv::lane_scale_offset(lane));
   auto compute = [&](int stage) {
