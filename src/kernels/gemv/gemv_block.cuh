@@ -40,19 +40,17 @@ __host__ __device__ constexpr int warp_ring_bytes(int stages) { return stages * 
 // Activation rows [first_row, first_row + rows) of the expert into shared memory, each group of 8
 // elements permuted to the decode pair order (3,7,2,6,1,5,0,4) and each chunk's groups ordered
 // (word, block). Groups past K are zeroed (they meet zero weights; garbage there could be NaN).
-// zero_next: row `rows` is written as zeros too, the row that lanes past the batch's rows read (their
-// MMA columns are never stored); rows after it are left as they are.
+// Rows past `rows` are left as they are: they feed only MMA columns that are never stored.
 // The (row, group) pairs of all rows are spread over the threads, kUnroll loads in flight per thread
 // before any is stored: one row at a time would pay a load latency per row, serially, at block start.
 // (2 for the 8-row batch, whose 80 registers spill at 4; 4 for the 16-row batch.)
 // GEMM1 reads each row's token: `pairs` (this batch's rows -> pair, from the block's own routing)
 // or else the permutation's row -> pair.
 template <bool kGemm1, int kThreads, int kUnroll>
-__device__ void stage_rows(const GemvArgs& a, int first_row, int rows, const int* pairs, uint8_t* smem,
-                           bool zero_next) {
+__device__ void stage_rows(const GemvArgs& a, int first_row, int rows, const int* pairs, uint8_t* smem) {
   const int stride = act_row_stride(a.chunks);
   const int groups = a.chunks * (kChunkK / 8);
-  const int total = (rows + (zero_next ? 1 : 0)) * groups;
+  const int total = rows * groups;
   for (int base = threadIdx.x; base < total; base += kThreads * kUnroll) {
     uint4 v[kUnroll];
     int dst[kUnroll];
@@ -63,12 +61,8 @@ __device__ void stage_rows(const GemvArgs& a, int first_row, int rows, const int
       if (i < total) {
         const int r = i / groups, g = i - r * groups;
         const int row = first_row + r;
-        if (r < rows) {
-          const int64_t act_row = !kGemm1 ? row : (pairs ? pairs[r] : a.row_pair[row]) / a.top_k;
-          v[u] = load_act_group<!kGemm1>(a.act + act_row * a.k, g, a.k);
-        } else {
-          v[u] = make_uint4(0, 0, 0, 0);
-        }
+        const int64_t act_row = !kGemm1 ? row : (pairs ? pairs[r] : a.row_pair[row]) / a.top_k;
+        v[u] = load_act_group<!kGemm1>(a.act + act_row * a.k, g, a.k);
         dst[u] = r * stride + staged_group_offset(g);
       }
     }

@@ -98,12 +98,9 @@ __global__ void __launch_bounds__(32 * warps_for(kNb), min_blocks_for(kNb))
                           ? (kGemm1 ? gemm1_bias(a, tile, expert) : gemm2_bias(a, tile, expert))
                           : make_float2(0.f, 0.f);
   // Batch rows [batch, batch + kBatchRows) of the expert into shared memory.
-  // Where the staged rows have room for it, a zero row after the batch's rows: the lanes past them read it.
   const auto stage_batch = [&](int batch) {
-    const int batch_rows = min(kBatchRows, rows - batch);
-    stage_rows<kGemm1, kThreads, kNb == 1 ? 2 : 4>(a, row0 + batch, batch_rows,
-                                                    local ? local_route.row_pair + row0 + batch : nullptr, smem,
-                                                    batch_rows < rows_cap);
+    stage_rows<kGemm1, kThreads, kNb == 1 ? 2 : 4>(a, row0 + batch, min(kBatchRows, rows - batch),
+                                                    local ? local_route.row_pair + row0 + batch : nullptr, smem);
   };
   // Routed locally, GEMM1 stages its first batch's token rows before the wait too: the hidden states
   // are complete when the forward is enqueued (docs/gpu-pipeline.md), like the logits.
@@ -137,17 +134,13 @@ __global__ void __launch_bounds__(32 * warps_for(kNb), min_blocks_for(kNb))
   if (counted) kernels::block_wait_count(&a.slot_done[slot], a.gemm1_blocks_per_slot);
   for (int batch = first_batch; batch < rows; batch += gridDim.z * kBatchRows) {
     const int batch_rows = min(kBatchRows, rows - batch);
-    // Lanes whose batch row is past the batch's rows read one row (their MMA column is never stored):
-    // the zero row after them where there is room (stage_batch), else the batch's last row. A quarter-warp
-    // reading fewer distinct rows needs fewer shared-memory wavefronts, which is most batches below 2 rows
-    // per expert, and zeros switch fewer of the MMA's bits.
-    const int spare_row = batch_rows < rows_cap ? batch_rows : batch_rows - 1;
+    // Lanes whose batch row is past the batch's rows read its last row: their MMA column is never
+    // stored, and a quarter-warp reading fewer distinct rows needs fewer shared-memory wavefronts (one
+    // row: a broadcast), which is most batches below 2 rows per expert.
     uint32_t b_rows[kNb];
 #pragma unroll
-    for (int n = 0; n < kNb; ++n) {
-      const int r = kNarrowRows * n + g;
-      b_rows[n] = kernels::shared_address(smem + (r < batch_rows ? r : spare_row) * stride + q * 16);
-    }
+    for (int n = 0; n < kNb; ++n)
+      b_rows[n] = kernels::shared_address(smem + min(kNarrowRows * n + g, batch_rows - 1) * stride + q * 16);
     // Later batches re-stream the tile: request their first stages before staging the rows.
     if (ring.issuer(lane) && batch != first_batch) ring.issue_first(groups);
     if (!staged_early || batch != first_batch) stage_batch(batch);
