@@ -11,7 +11,8 @@
 //   interleave  the same tiles, with the block's tiles stored record-interleaved (chunk-major),
 //               so the block's warps read neighbouring bytes at any moment
 //   balanced    as many blocks as are resident; the bytes split evenly, one contiguous range a warp
-// A ring is S slots of R records ("SxR records"): the GEMV kernels use 2x2.
+// A ring is S slots of R records ("SxR records"): the GEMV kernels use 2x2. "start" rows add a GEMV GEMM1
+// block's start to each block (kStartup); `stream_read start` runs only those.
 // Every pattern rotates over 6 windows of a 5 GiB buffer (more than the L2 holds), 6 launches per
 // CUDA graph, median of 30 replays. Built with the tools (build*/bench/micro/stream_read), or by hand:
 //   nvcc -O3 -std=c++20 -arch=sm_90a -Isrc -Iinclude -o stream_read bench/micro/stream_read.cu && ./stream_read
@@ -22,6 +23,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "check.cuh"
@@ -97,9 +99,13 @@ constexpr uint32_t kActBytes = kTileRecords * gemv::kChunkK * 2;  // one staged 
 // kStages slots of kChunks records per warp. kWork: every lane runs the GEMV kernels' own decode and
 // MMAs (gemv::mma_chunk, one 8-row batch against one staged row) on each record as it lands, so the
 // ring is refilled only after that work, as in the kernels; without it lane 0 alone drains the ring.
-template <int kStages, int kChunks, bool kWork, bool kEarly = false>
+// kStartup (with kWork): each block first pays a GEMV GEMM1 block's start after a route kernel: three
+// dependent loads before its first weight request (the slot's expert and rows), two more and a block
+// barrier after it (its rows staged), from `chain` (a small table, hot in L2).
+template <int kStages, int kChunks, bool kWork, bool kEarly = false, bool kStartup = false>
 __global__ void __launch_bounds__(kWarps * 32) ring_kernel(const uint8_t* base, Mode mode, uint64_t total_bytes,
-                                                           uint32_t ksplit, uint32_t* sink) {
+                                                           uint32_t ksplit, uint32_t* sink, const uint32_t* chain) {
+  static_assert(!kStartup || kWork, "the start's barrier needs every lane");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   __trap();  // cp.async.bulk and mbarrier transaction counts need sm_90
 #else
@@ -113,6 +119,10 @@ __global__ void __launch_bounds__(kWarps * 32) ring_kernel(const uint8_t* base, 
     __syncthreads();
   }
   if (!kWork && lane != 0) return;  // one thread per warp drives its ring; nothing needs a block barrier
+  uint32_t link = blockIdx.x & 1023u;
+  if constexpr (kStartup)
+    for (int i = 0; i < 3; ++i) link = __ldcg(chain + link);
+  if (link == 0xFFFFFFFFu) base += 1;  // never: the requests below wait for the chain
 
   WarpWork w{};
   if (mode == Mode::balanced) {
@@ -146,6 +156,11 @@ __global__ void __launch_bounds__(kWarps * 32) ring_kernel(const uint8_t* base, 
     for (uint32_t s = 0; s < kStages && s < w.stages; ++s) issue_stage<kChunks>(mode, w, s, ring + s * kStage, bar0 + 8 * s);
   }
   __syncwarp();
+  if constexpr (kStartup) {
+    for (int i = 0; i < 2; ++i) link = __ldcg(chain + link);
+    if (link == 0xFFFFFFFFu) sink[0] = link;  // never
+    __syncthreads();
+  }
   float chains[2][1][4] = {};
   const uint32_t b_rows[1] = {kernels::shared_address(smem) + (lane & 3) * 16};
   uint32_t offset = w.chunk0 * gemv::kChunkK * 2, acc = 0;
@@ -199,6 +214,7 @@ struct Buffers {
   uint8_t* a = nullptr;
   uint8_t* b = nullptr;
   uint32_t* sink = nullptr;
+  uint32_t* chain = nullptr;  // 1024 links for kStartup
   size_t bytes = size_t{1} << 30;       // the copy's buffers
   size_t a_bytes = size_t{5} << 30;     // the streams' windows (6 of up to 720 MB)
 };
@@ -234,28 +250,31 @@ double time_ms(cudaStream_t stream, Launch launch) {
   return ms[ms.size() / 2];
 }
 
-template <int kStages, int kChunks = 2, bool kWork = false, bool kEarly = false>
+template <int kStages, int kChunks = 2, bool kWork = false, bool kEarly = false, bool kStartup = false>
 void run_ring(cudaStream_t stream, const Buffers& buf, int sms, const char* name, Mode mode, uint64_t bytes,
               int blocks_per_sm, uint32_t ksplit = 1) {
   // Pad the dynamic shared memory so that exactly blocks_per_sm blocks fit on an SM.
   const int ring_bytes = kWarps * kStages * kChunks * kRecord + (kWork ? kActBytes : 0);
   const int pad = std::max(ring_bytes, (blocks_per_sm == 1 ? 200 : blocks_per_sm == 2 ? 100 : 70) * 1024);
-  CHECK(cudaFuncSetAttribute(ring_kernel<kStages, kChunks, kWork, kEarly>, cudaFuncAttributeMaxDynamicSharedMemorySize, pad));
+  CHECK(cudaFuncSetAttribute(ring_kernel<kStages, kChunks, kWork, kEarly, kStartup>, cudaFuncAttributeMaxDynamicSharedMemorySize, pad));
   int resident = 0;
-  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, ring_kernel<kStages, kChunks, kWork, kEarly>, kWarps * 32, pad));
+  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, ring_kernel<kStages, kChunks, kWork, kEarly, kStartup>, kWarps * 32, pad));
   const unsigned grid = mode == Mode::balanced ? static_cast<unsigned>(sms * resident)
                                                : static_cast<unsigned>(bytes * ksplit / (uint64_t{kWarps} * kTileBytes));
   const uint64_t window = (bytes + (1 << 20)) & ~uint64_t{(1 << 20) - 1};
   const double ms = time_ms(stream, [&](int w) {
-    ring_kernel<kStages, kChunks, kWork, kEarly><<<grid, kWarps * 32, pad, stream>>>(buf.a + w * window, mode, bytes, ksplit, buf.sink);
+    ring_kernel<kStages, kChunks, kWork, kEarly, kStartup><<<grid, kWarps * 32, pad, stream>>>(buf.a + w * window, mode, bytes, ksplit, buf.sink,
+                                                                                         buf.chain);
     CHECK(cudaGetLastError());
   });
   std::printf("  %-11s %6.1f MB  ksplit %u  %dx%d records  %-7s %d blocks/SM  %5u blocks  %7.1f us  %6.0f GB/s\n",
-              name, bytes / 1e6, ksplit, kStages, kChunks, kWork ? (kEarly ? "early" : "decode") : "", resident, grid, ms * 1e3,
+              name, bytes / 1e6, ksplit, kStages, kChunks, kWork ? (kStartup ? "start" : kEarly ? "early" : "decode") : "", resident, grid, ms * 1e3,
               bytes / (ms * 1e-3) / 1e9);
 }
 
-int main() {
+int main(int argc, char** argv) {
+  // `stream_read start`: only the start-cost rows at the end.
+  const bool start_only = argc > 1 && std::string(argv[1]) == "start";
   int device = 0, sms = 0;
   CHECK(cudaGetDevice(&device));
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
@@ -266,6 +285,12 @@ int main() {
   CHECK(cudaMalloc(&buf.b, buf.bytes));
   CHECK(cudaMalloc(&buf.sink, 1024 * sizeof(uint32_t)));
   CHECK(cudaMemset(buf.a, 0x5A, buf.a_bytes));
+  {
+    std::vector<uint32_t> links(1024);
+    for (uint32_t i = 0; i < 1024; ++i) links[i] = (i * 97u + 13u) & 1023u;
+    CHECK(cudaMalloc(&buf.chain, links.size() * sizeof(uint32_t)));
+    CHECK(cudaMemcpy(buf.chain, links.data(), links.size() * sizeof(uint32_t), cudaMemcpyHostToDevice));
+  }
   cudaStream_t stream;
   CHECK(cudaStreamCreate(&stream));
   std::printf("%s, %d SMs, L2 %d MB\n", prop.name, sms, prop.l2CacheSize >> 20);
@@ -285,6 +310,7 @@ int main() {
     uint32_t ksplit;
   };
   for (const Case c : {Case{5760, 1}, Case{1440, 2}, Case{720, 4}}) {
+    if (start_only) break;
     const uint64_t bytes = c.tiles * kTileBytes, window = (bytes + (1 << 20)) & ~uint64_t{(1 << 20) - 1};
     const double read_ms = time_ms(stream, [&](int w) {
       read_kernel<<<sms * 8, 512, 0, stream>>>(reinterpret_cast<const uint4*>(buf.a + w * window), bytes / 16,
@@ -322,8 +348,9 @@ int main() {
   // expert): what one kernel that read both GEMMs' bytes, and did nothing else, could reach. T = 1 (4
   // experts), T = 4 (15.6), T = 16 (53). The layer's own kernels also route, wait for GEMM1 before GEMM2
   // and combine; this is the stream alone.
-  std::printf("  one stream of a layer's weights (both GEMMs):\n");
+  if (!start_only) std::printf("  one stream of a layer's weights (both GEMMs):\n");
   for (const double experts : {4.0, 15.6, 53.0}) {
+    if (start_only) break;
     const uint64_t tiles = static_cast<uint64_t>(experts * 540 / kWarps) * kWarps;
     const uint64_t bytes = tiles * kTileBytes, window = (bytes + (1 << 20)) & ~uint64_t{(1 << 20) - 1};
     const double read_ms = time_ms(stream, [&](int w) {
@@ -339,7 +366,18 @@ int main() {
     run_ring<2, 2, true>(stream, buf, sms, "tiles", Mode::tiles, bytes, 3, 2);
     run_ring<2, 2, true>(stream, buf, sms, "balanced", Mode::balanced, bytes, 3);
   }
+  // What a GEMV GEMM1 block's start costs the stream (kStartup): GEMM1's weights at T = 4 (16 slots) and
+  // T = 16 (53 experts), 360 tiles each, 8 a block.
+  std::printf("  a GEMM1 block's start (5 dependent loads, a barrier) against none:\n");
+  for (const uint64_t tiles : {uint64_t{5760}, uint64_t{19080}}) {
+    const uint64_t bytes = tiles * kTileBytes;
+    run_ring<2, 2, true>(stream, buf, sms, "tiles", Mode::tiles, bytes, 3, 1);
+    run_ring<2, 2, true, false, true>(stream, buf, sms, "tiles", Mode::tiles, bytes, 3, 1);
+    run_ring<2, 2, true>(stream, buf, sms, "tiles", Mode::tiles, bytes, 3, 1);
+    run_ring<2, 2, true, false, true>(stream, buf, sms, "tiles", Mode::tiles, bytes, 3, 1);
+  }
   CHECK(cudaStreamDestroy(stream));
+  CHECK(cudaFree(buf.chain));
   CHECK(cudaFree(buf.a));
   CHECK(cudaFree(buf.b));
   CHECK(cudaFree(buf.sink));
