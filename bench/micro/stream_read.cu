@@ -256,20 +256,20 @@ void run_ring(cudaStream_t stream, const Buffers& buf, int sms, const char* name
   // Pad the dynamic shared memory so that exactly blocks_per_sm blocks fit on an SM.
   const int ring_bytes = kWarps * kStages * kChunks * kRecord + (kWork ? kActBytes : 0);
   const int pad = std::max(ring_bytes, (blocks_per_sm == 1 ? 200 : blocks_per_sm == 2 ? 100 : 70) * 1024);
-  CHECK(cudaFuncSetAttribute(ring_kernel<kStages, kChunks, kWork, kEarly, kStartup>, cudaFuncAttributeMaxDynamicSharedMemorySize, pad));
+  const auto kernel = ring_kernel<kStages, kChunks, kWork, kEarly, kStartup>;
+  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, pad));
   int resident = 0;
-  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, ring_kernel<kStages, kChunks, kWork, kEarly, kStartup>, kWarps * 32, pad));
+  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, kWarps * 32, pad));
   const unsigned grid = mode == Mode::balanced ? static_cast<unsigned>(sms * resident)
                                                : static_cast<unsigned>(bytes * ksplit / (uint64_t{kWarps} * kTileBytes));
   const uint64_t window = (bytes + (1 << 20)) & ~uint64_t{(1 << 20) - 1};
   const double ms = time_ms(stream, [&](int w) {
-    ring_kernel<kStages, kChunks, kWork, kEarly, kStartup><<<grid, kWarps * 32, pad, stream>>>(buf.a + w * window, mode, bytes, ksplit, buf.sink,
-                                                                                         buf.chain);
+    kernel<<<grid, kWarps * 32, pad, stream>>>(buf.a + w * window, mode, bytes, ksplit, buf.sink, buf.chain);
     CHECK(cudaGetLastError());
   });
   std::printf("  %-11s %6.1f MB  ksplit %u  %dx%d records  %-7s %d blocks/SM  %5u blocks  %7.1f us  %6.0f GB/s\n",
-              name, bytes / 1e6, ksplit, kStages, kChunks, kWork ? (kStartup ? "start" : kEarly ? "early" : "decode") : "", resident, grid, ms * 1e3,
-              bytes / (ms * 1e-3) / 1e9);
+              name, bytes / 1e6, ksplit, kStages, kChunks, kWork ? (kStartup ? "start" : kEarly ? "early" : "decode") : "",
+              resident, grid, ms * 1e3, bytes / (ms * 1e-3) / 1e9);
 }
 
 int main(int argc, char** argv) {
