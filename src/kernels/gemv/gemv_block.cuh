@@ -40,7 +40,8 @@ __host__ __device__ constexpr int warp_ring_bytes(int stages) { return stages * 
 // Activation rows [first_row, first_row + rows) of the expert into shared memory, each group of 8
 // elements permuted to the decode pair order (3,7,2,6,1,5,0,4) and each chunk's groups ordered
 // (word, block). Groups past K are zeroed (they meet zero weights; garbage there could be NaN).
-// Rows past `rows` are left as they are: they feed only MMA columns that are never stored.
+// Rows past `rows` are left as they are: no lane reads them (the lanes past a batch's rows read its
+// last row: gemv_kernel.cu).
 // The (row, group) pairs of all rows are spread over the threads, kUnroll loads in flight per thread
 // before any is stored: one row at a time would pay a load latency per row, serially, at block start.
 // (2 for the 8-row batch, whose 80 registers spill at 4; 4 for the 16-row batch.)
