@@ -120,9 +120,10 @@ __global__ void __launch_bounds__(kWarps * 32) ring_kernel(const uint8_t* base, 
   }
   if (!kWork && lane != 0) return;  // one thread per warp drives its ring; nothing needs a block barrier
   uint32_t link = blockIdx.x & 1023u;
-  if constexpr (kStartup)
+  if constexpr (kStartup) {
     for (int i = 0; i < 3; ++i) link = __ldcg(chain + link);
-  if (link == 0xFFFFFFFFu) base += 1;  // never: the requests below wait for the chain
+    if (link == 0xFFFFFFFFu) base += 1;  // never: the requests below wait for the chain
+  }
 
   WarpWork w{};
   if (mode == Mode::balanced) {
